@@ -1,0 +1,114 @@
+// pybind11 surface of the C++ core: ggspec._core. Python owns policy; this
+// module only moves token ids in and the requested arrays out.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "errors.h"
+#include "target.h"
+
+namespace py = pybind11;
+using namespace ggspec;
+
+namespace {
+
+using TokenArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+py::tuple target_forward(Target & t, const TokenArray & tokens, bool all_rows, const std::vector<int> & taps, int top_k) {
+    if (tokens.ndim() != 1) throw std::invalid_argument("tokens must be a 1-D sequence of ids");
+    const Hparams & hp = t.hparams();
+    const int64_t n = tokens.shape(0);
+    const int64_t n_out = all_rows ? n : 1;
+
+    ForwardRequest req;
+    req.tokens = tokens.data();
+    req.n_tokens = n;
+    req.all_rows = all_rows;
+    req.top_k = top_k;
+    req.taps = taps;
+
+    ForwardOutputs out;
+    py::object logits = py::none(), ids = py::none(), hidden = py::none();
+    if (top_k == 0) {
+        auto a = py::array_t<float>({n_out, hp.n_vocab});
+        out.logits = a.mutable_data();
+        logits = a;
+    } else {
+        auto i = py::array_t<int32_t>({n_out, (int64_t) top_k});
+        auto v = py::array_t<float>({n_out, (int64_t) top_k});
+        out.ids = i.mutable_data();
+        out.values = v.mutable_data();
+        ids = i;
+        logits = v;
+    }
+    if (!taps.empty()) {
+        auto h = py::array_t<float>({n, (int64_t) taps.size() * hp.n_embd});
+        out.hidden = h.mutable_data();
+        hidden = h;
+    }
+    {
+        py::gil_scoped_release release;
+        t.forward(req, out);
+    }
+    return py::make_tuple(logits, ids, hidden);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "ggspec's C++ core: GGUF targets as persistent ggml graphs";
+
+    auto base = py::reinterpret_borrow<py::object>(PyExc_ValueError);
+    py::register_exception<ModelFormatError>(m, "ModelFormatError", base);
+    py::register_exception<ContextOverflowError>(m, "ContextOverflowError", base);
+
+    py::class_<Target>(m, "Target")
+        .def(py::init([](const std::string & path, int64_t n_ctx, int n_threads, const std::string & device,
+                         const std::string & kv_type, int64_t prefill_chunk, int64_t max_verify_rows,
+                         double graph_budget_mb) {
+                 TargetOptions o;
+                 o.n_ctx = n_ctx;
+                 o.n_threads = n_threads;
+                 o.device = device;
+                 o.kv_type = kv_type;
+                 o.prefill_chunk = prefill_chunk;
+                 o.max_verify_rows = max_verify_rows;
+                 o.graph_budget_bytes = (size_t) (graph_budget_mb * 1024 * 1024);
+                 py::gil_scoped_release release;
+                 return std::make_unique<Target>(path, o);
+             }),
+             py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0, py::arg("device") = "auto",
+             py::arg("kv_type") = "f16", py::arg("prefill_chunk") = 512, py::arg("max_verify_rows") = 65,
+             py::arg("graph_budget_mb") = 1024.0)
+        .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
+             py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0,
+             "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")
+        .def("rewind", &Target::rewind, py::arg("length"))
+        .def("reset", &Target::reset)
+        .def("ensure_capacity", &Target::ensure_capacity, py::arg("n"))
+        .def_property_readonly("seq_len", &Target::seq_len)
+        .def_property_readonly("n_ctx", &Target::n_ctx)
+        .def_property_readonly("graph_builds", &Target::graph_builds)
+        .def_property_readonly("graphs_cached", &Target::graphs_cached)
+        .def_property_readonly("device", &Target::device_name)
+        .def_property_readonly("n_threads", &Target::n_threads)
+        .def_property_readonly("weight_bytes", &Target::weight_bytes)
+        .def_property_readonly("kv_bytes", &Target::kv_bytes)
+        .def_property_readonly("arch", [](const Target & t) { return t.hparams().arch; })
+        .def_property_readonly("n_vocab", [](const Target & t) { return t.hparams().n_vocab; })
+        .def_property_readonly("n_embd", [](const Target & t) { return t.hparams().n_embd; })
+        .def_property_readonly("n_layer", [](const Target & t) { return t.hparams().n_layer; })
+        .def_property_readonly("n_swa", [](const Target & t) { return t.hparams().n_swa; });
+
+    m.def(
+        "quantize",
+        [](const std::string & type_name, py::array_t<float, py::array::c_style | py::array::forcecast> data) {
+            if (data.ndim() != 2) throw std::invalid_argument("quantize takes a 2-D [rows, n_per_row] array");
+            const int64_t rows = data.shape(0), n_per_row = data.shape(1);
+            std::vector<uint8_t> bytes = quantize_rows(type_name, data.data(), rows, n_per_row);
+            auto out = py::array_t<uint8_t>({rows, (int64_t) (bytes.size() / std::max<int64_t>(rows, 1))});
+            std::memcpy(out.mutable_data(), bytes.data(), bytes.size());
+            return out;
+        },
+        py::arg("type_name"), py::arg("data"), "ggml's quantization of f32 rows (for writing test models).");
+}

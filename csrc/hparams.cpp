@@ -1,0 +1,107 @@
+#include "hparams.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "errors.h"
+#include "model_file.h"
+
+namespace ggspec {
+
+namespace {
+
+// A per-layer key stored either as one value or as an array that must be uniform.
+int64_t uniform_int(const ModelFile & f, const std::string & key) {
+    const std::vector<int64_t> v = f.get_int_array(key);
+    if (v.empty() || std::any_of(v.begin(), v.end(), [&](int64_t x) { return x != v[0]; })) {
+        throw ModelFormatError("GGUF key '" + key + "' varies per layer, which ggspec does not support");
+    }
+    return v[0];
+}
+
+void require_positive(const std::string & key, int64_t v) {
+    if (v <= 0) throw ModelFormatError("GGUF key '" + key + "' must be positive, got " + std::to_string(v));
+}
+
+}  // namespace
+
+Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
+    Hparams hp;
+    hp.arch = arch;
+    hp.n_embd = f.get_int(hp.key("embedding_length"));
+    hp.n_layer = f.get_int(hp.key("block_count"));
+    hp.n_ff = uniform_int(f, hp.key("feed_forward_length"));
+    hp.n_head = uniform_int(f, hp.key("attention.head_count"));
+    hp.n_head_kv = f.has_key(hp.key("attention.head_count_kv")) ? uniform_int(f, hp.key("attention.head_count_kv"))
+                                                                 : hp.n_head;
+    hp.n_ctx_train = f.get_int(hp.key("context_length"), 2048);
+    for (auto [k, v] : {std::pair<const char *, int64_t>{"embedding_length", hp.n_embd},
+                        {"block_count", hp.n_layer}, {"feed_forward_length", hp.n_ff},
+                        {"attention.head_count", hp.n_head}, {"attention.head_count_kv", hp.n_head_kv}}) {
+        require_positive(hp.key(k), v);
+    }
+    if (hp.n_layer > 4096 || hp.n_head > 4096 || hp.n_head % hp.n_head_kv != 0) {
+        throw ModelFormatError("implausible attention shape in '" + f.path() + "': " + std::to_string(hp.n_head) +
+                               " heads over " + std::to_string(hp.n_head_kv) + " KV heads, " +
+                               std::to_string(hp.n_layer) + " layers");
+    }
+    const int64_t head_k = f.get_int(hp.key("attention.key_length"), hp.n_embd / hp.n_head);
+    const int64_t head_v = f.get_int(hp.key("attention.value_length"), head_k);
+    if (head_k != head_v) {
+        throw ModelFormatError("key and value head sizes differ (" + std::to_string(head_k) + " vs " +
+                               std::to_string(head_v) + "), which ggspec does not support");
+    }
+    require_positive(hp.key("attention.key_length"), head_k);
+    hp.head_dim = head_k;
+    hp.n_rot = f.get_int(hp.key("rope.dimension_count"), hp.head_dim);
+    if (hp.n_rot <= 0 || hp.n_rot > hp.head_dim || hp.n_rot % 2 != 0) {
+        throw ModelFormatError("rope.dimension_count " + std::to_string(hp.n_rot) + " does not fit head size " +
+                               std::to_string(hp.head_dim));
+    }
+    hp.rms_eps = (float) f.get_float(hp.key("attention.layer_norm_rms_epsilon"), 1e-5);
+    hp.rope_base = (float) f.get_float(hp.key("rope.freq_base"), 10000.0);
+    const double rope_factor = f.get_float(hp.key("rope.scaling.factor"), 0.0);
+    hp.rope_freq_scale = rope_factor == 0.0 ? 1.0f : (float) (1.0 / rope_factor);
+    hp.kq_scale = 1.0f / std::sqrt((float) hp.head_dim);
+    hp.is_swa.assign(hp.n_layer, false);
+    const ggml_tensor * embd = f.find_tensor("token_embd.weight");
+    if (!embd) throw ModelFormatError("GGUF '" + f.path() + "' lacks the tensor 'token_embd.weight'");
+    hp.n_vocab = embd->ne[1];
+    return hp;
+}
+
+void bind_embeddings(const ModelFile & f, const Hparams & hp, ModelWeights & w) {
+    w.tok_embd = f.tensor("token_embd.weight", {hp.n_embd, hp.n_vocab});
+    w.output_norm = f.tensor("output_norm.weight", {hp.n_embd});
+    w.output = f.tensor_or_null("output.weight", {hp.n_embd, hp.n_vocab});
+    if (!w.output) w.output = w.tok_embd;
+}
+
+void bind_layers(const ModelFile & f, const Hparams & hp, const LayerOptions & opt, ModelWeights & w) {
+    const int64_t n_q = hp.head_dim * hp.n_head;
+    const int64_t n_kv = hp.n_embd_kv();
+    w.layers.resize(hp.n_layer);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        LayerWeights & l = w.layers[il];
+        l.attn_norm = f.tensor(p + "attn_norm.weight", {hp.n_embd});
+        l.wq = f.tensor(p + "attn_q.weight", {hp.n_embd, n_q});
+        l.wk = f.tensor(p + "attn_k.weight", {hp.n_embd, n_kv});
+        l.wv = f.tensor(p + "attn_v.weight", {hp.n_embd, n_kv});
+        l.wo = f.tensor(p + "attn_output.weight", {n_q, hp.n_embd});
+        l.ffn_norm = f.tensor(p + "ffn_norm.weight", {hp.n_embd});
+        l.ffn_gate = f.tensor(p + "ffn_gate.weight", {hp.n_embd, hp.n_ff});
+        l.ffn_up = f.tensor(p + "ffn_up.weight", {hp.n_embd, hp.n_ff});
+        l.ffn_down = f.tensor(p + "ffn_down.weight", {hp.n_ff, hp.n_embd});
+        if (opt.qk_norm) {
+            l.q_norm = f.tensor(p + "attn_q_norm.weight", {hp.head_dim});
+            l.k_norm = f.tensor(p + "attn_k_norm.weight", {hp.head_dim});
+        }
+        if (opt.post_norms) {
+            l.attn_post_norm = f.tensor(p + "post_attention_norm.weight", {hp.n_embd});
+            l.ffn_post_norm = f.tensor(p + "post_ffw_norm.weight", {hp.n_embd});
+        }
+    }
+}
+
+}  // namespace ggspec

@@ -1,0 +1,81 @@
+// Hyperparameters and weight handles of a decoder-only transformer, read from
+// GGUF keys named as llama.cpp names them ("{arch}.block_count", ...).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ggml.h"
+
+namespace ggspec {
+
+class ModelFile;
+
+struct Hparams {
+    std::string arch;
+    int64_t n_vocab = 0;
+    int64_t n_embd = 0;
+    int64_t n_layer = 0;
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;  // key and value head size (equal in the supported archs)
+    int64_t n_ff = 0;
+    int64_t n_ctx_train = 0;
+    int64_t n_rot = 0;
+    float rms_eps = 1e-5f;
+
+    int rope_type = GGML_ROPE_TYPE_NORMAL;
+    float rope_base = 10000.0f;
+    float rope_freq_scale = 1.0f;
+    float rope_base_swa = 10000.0f;
+    float rope_freq_scale_swa = 1.0f;
+
+    int64_t n_swa = 0;         // sliding window; 0 = every layer attends to the whole context
+    std::vector<bool> is_swa;  // per layer
+
+    float embd_scale = 1.0f;     // multiplies token embeddings (Gemma: sqrt(n_embd))
+    float q_scale = 1.0f;        // multiplies q after RoPE (Gemma)
+    float kq_scale = 1.0f;       // softmax scale
+    float final_softcap = 0.0f;  // tanh soft-capping of the logits; 0 = off
+
+    int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+    std::string key(const std::string & suffix) const { return arch + "." + suffix; }
+};
+
+struct LayerWeights {
+    ggml_tensor * attn_norm = nullptr;
+    ggml_tensor * wq = nullptr;
+    ggml_tensor * wk = nullptr;
+    ggml_tensor * wv = nullptr;
+    ggml_tensor * wo = nullptr;
+    ggml_tensor * q_norm = nullptr;
+    ggml_tensor * k_norm = nullptr;
+    ggml_tensor * attn_post_norm = nullptr;
+    ggml_tensor * ffn_norm = nullptr;
+    ggml_tensor * ffn_gate = nullptr;
+    ggml_tensor * ffn_up = nullptr;
+    ggml_tensor * ffn_down = nullptr;
+    ggml_tensor * ffn_post_norm = nullptr;
+};
+
+struct ModelWeights {
+    ggml_tensor * tok_embd = nullptr;
+    ggml_tensor * output_norm = nullptr;
+    ggml_tensor * output = nullptr;  // the LM head; token_embd when tied
+    std::vector<LayerWeights> layers;
+};
+
+// The keys every supported architecture shares; the architecture's own
+// loader adds what is particular to it.
+Hparams read_common_hparams(const ModelFile & file, const std::string & arch);
+
+// token_embd / output_norm / output (tied to token_embd when absent).
+void bind_embeddings(const ModelFile & file, const Hparams & hp, ModelWeights & w);
+
+struct LayerOptions {
+    bool qk_norm = false;     // per-head RMSNorm of q and k (qwen3, gemma3)
+    bool post_norms = false;  // post_attention_norm and post_ffw_norm (gemma3)
+};
+void bind_layers(const ModelFile & file, const Hparams & hp, const LayerOptions & opt, ModelWeights & w);
+
+}  // namespace ggspec

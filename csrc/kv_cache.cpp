@@ -1,0 +1,115 @@
+#include "kv_cache.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace ggspec {
+
+SlotMap::SlotMap(int64_t n_slots, bool ring, int64_t window)
+    : n_slots_(n_slots), ring_(ring), window_(window), pos_(n_slots, -1) {}
+
+void SlotMap::rewind(int64_t length) {
+    if (ring_ && std::max<int64_t>(0, length - window_) < oldest_kept_) {
+        throw std::invalid_argument(
+            "cannot rewind to " + std::to_string(length) + ": the sliding-window cache keeps only positions from " +
+            std::to_string(oldest_kept_) + " on (rewind at most " + std::to_string(n_slots_ - window_) +
+            " positions behind the newest, or reset)");
+    }
+    for (int64_t & p : pos_) {
+        if (p >= length) p = -1;
+    }
+}
+
+void SlotMap::clear() {
+    std::fill(pos_.begin(), pos_.end(), -1);
+    oldest_kept_ = 0;
+}
+
+void SlotMap::write(int64_t pos) {
+    const int64_t s = slot(pos);
+    if (ring_ && pos_[s] >= 0) oldest_kept_ = std::max(oldest_kept_, pos_[s] + 1);
+    pos_[s] = pos;
+}
+
+void SlotMap::fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window) const {
+    for (int64_t r = 0; r < n_rows; ++r) {
+        const int64_t p = positions[r];
+        float * row = mask + r * n_kv;
+        for (int64_t s = 0; s < n_kv; ++s) {
+            const int64_t q = pos_[s];
+            const bool visible = q >= 0 && q <= p && (window <= 0 || p - q < window);
+            row[s] = visible ? 0.0f : -INFINITY;
+        }
+    }
+}
+
+KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type)
+    : hp_(hp), n_ctx_(n_ctx), n_slots_full_(round_up(n_ctx, kKvBucket)) {
+    int64_t n_slots_ring = 0;
+    if (hp.n_swa > 0) {
+        n_slots_ring = round_up(hp.n_swa + max_rows - 1, kKvBucket);
+        has_ring_ = n_slots_ring < n_slots_full_;
+    }
+    full_ = SlotMap(n_slots_full_, false, 0);
+    if (has_ring_) ring_ = SlotMap(n_slots_ring, true, hp.n_swa);
+
+    ggml_init_params params = {ggml_tensor_overhead() * 2 * (size_t) hp.n_layer, nullptr, true};
+    ctx_ = ggml_init(params);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const int64_t n_slots = layer_uses_ring(il) ? n_slots_ring : n_slots_full_;
+        k_.push_back(ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv(), n_slots));
+        v_.push_back(ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv()));
+        ggml_format_name(k_.back(), "cache_k_l%d", (int) il);
+        ggml_format_name(v_.back(), "cache_v_l%d", (int) il);
+    }
+    buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(ctx_, ggml_backend_dev_buffer_type(dev));
+    if (!buffer_) {
+        ggml_free(ctx_);
+        throw std::runtime_error("cannot allocate the KV cache for a context of " + std::to_string(n_ctx));
+    }
+    // Masked slots are multiplied by zero weights: they must hold finite values.
+    ggml_backend_buffer_clear(buffer_, 0);
+}
+
+KvCache::~KvCache() {
+    if (buffer_) ggml_backend_buffer_free(buffer_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+int64_t KvCache::n_kv_full(int64_t n_rows) const {
+    return std::min(round_up(seq_len_ + n_rows, kKvBucket), n_slots_full_);
+}
+
+int64_t KvCache::n_kv_ring(int64_t n_rows) const {
+    return has_ring_ ? std::min(ring_.n_slots(), n_kv_full(n_rows)) : n_kv_full(n_rows);
+}
+
+void KvCache::advance(int64_t n) {
+    for (int64_t pos = seq_len_; pos < seq_len_ + n; ++pos) {
+        full_.write(pos);
+        if (has_ring_) ring_.write(pos);
+    }
+    seq_len_ += n;
+}
+
+void KvCache::rewind(int64_t length) {
+    if (length < 0 || length > seq_len_) {
+        throw std::invalid_argument("rewind length " + std::to_string(length) + " is outside [0, " +
+                                    std::to_string(seq_len_) + "]");
+    }
+    if (has_ring_) ring_.rewind(length);  // first: it is the one that may refuse
+    full_.rewind(length);
+    seq_len_ = length;
+}
+
+void KvCache::clear() {
+    full_.clear();
+    if (has_ring_) ring_.clear();
+    seq_len_ = 0;
+}
+
+size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
+
+}  // namespace ggspec

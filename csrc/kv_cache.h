@@ -1,0 +1,90 @@
+// The attention KV cache, with positions that can be rewound.
+//
+// Layers attending to the whole context keep one slot per position. Sliding-
+// window layers keep a ring of window + (largest forward - 1) slots, rounded up:
+// enough that every row of a multi-row forward still sees its whole window,
+// and that a rejected draft can be rewound without losing it.
+//
+// Bit-exactness: attention reads a view of the first n_kv slots, where n_kv is
+// a multiple of kKvBucket. Padding slots are masked to -inf and contribute
+// exact zeros, and a multiple of the bucket keeps ggml's SIMD dot products
+// free of a scalar tail whose summation order would depend on the length.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "hparams.h"
+
+namespace ggspec {
+
+constexpr int64_t kKvBucket = 256;
+
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Which position each slot of one cache kind holds.
+class SlotMap {
+public:
+    SlotMap() = default;
+    // A ring must keep `window` positions behind any position it rewinds to.
+    SlotMap(int64_t n_slots, bool ring, int64_t window);
+
+    int64_t n_slots() const { return n_slots_; }
+    int64_t slot(int64_t pos) const { return ring_ ? pos % n_slots_ : pos; }
+    void write(int64_t pos);
+    // Forgets positions >= length; throws when the ring no longer holds the
+    // window that position `length` needs.
+    void rewind(int64_t length);
+    void clear();
+    // mask[r * n_kv + s]: 0 where row r (at positions[r]) may attend slot s, else
+    // -inf. A window w > 0 hides positions p' with p - p' >= w (llama.cpp's rule).
+    void fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window) const;
+
+private:
+    int64_t n_slots_ = 0;
+    bool ring_ = false;
+    int64_t window_ = 0;
+    int64_t oldest_kept_ = 0;  // positions below this may have been overwritten
+    std::vector<int64_t> pos_;
+};
+
+class KvCache {
+public:
+    KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type);
+    ~KvCache();
+    KvCache(const KvCache &) = delete;
+    KvCache & operator=(const KvCache &) = delete;
+
+    int64_t n_ctx() const { return n_ctx_; }
+    int64_t seq_len() const { return seq_len_; }
+    bool has_ring() const { return has_ring_; }
+    bool layer_uses_ring(int64_t il) const { return has_ring_ && hp_.is_swa[il]; }
+
+    ggml_tensor * k(int64_t il) const { return k_[il]; }
+    ggml_tensor * v(int64_t il) const { return v_[il]; }  // transposed: [n_slots, n_embd_kv]
+    const SlotMap & slots(bool ring) const { return ring ? ring_ : full_; }
+
+    // The number of slots an n_rows forward from seq_len() attends over.
+    int64_t n_kv_full(int64_t n_rows) const;
+    int64_t n_kv_ring(int64_t n_rows) const;
+
+    // Records that positions [seq_len, seq_len + n) are being written.
+    void advance(int64_t n);
+    void rewind(int64_t length);
+    void clear();
+    size_t bytes() const;
+
+private:
+    const Hparams & hp_;
+    int64_t n_ctx_;
+    int64_t n_slots_full_;
+    bool has_ring_ = false;
+    int64_t seq_len_ = 0;
+    SlotMap full_, ring_;
+    ggml_context * ctx_ = nullptr;
+    ggml_backend_buffer_t buffer_ = nullptr;
+    std::vector<ggml_tensor *> k_, v_;
+};
+
+}  // namespace ggspec

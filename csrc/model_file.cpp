@@ -1,0 +1,232 @@
+#include "model_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "errors.h"
+#include "ggml-cpu.h"
+#include "log.h"
+
+namespace ggspec {
+
+namespace {
+
+std::string shape_str(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+bool is_int_type(gguf_type t) {
+    switch (t) {
+        case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16:
+        case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64:
+        case GGUF_TYPE_BOOL:
+            return true;
+        default:
+            return false;
+    }
+}
+
+size_t int_size(gguf_type t) {
+    switch (t) {
+        case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_BOOL: return 1;
+        case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16: return 2;
+        case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: return 4;
+        default: return 8;
+    }
+}
+
+int64_t read_int(gguf_type t, const void * p) {
+    switch (t) {
+        case GGUF_TYPE_UINT8:  return *(const uint8_t *) p;
+        case GGUF_TYPE_INT8:   return *(const int8_t *) p;
+        case GGUF_TYPE_UINT16: return *(const uint16_t *) p;
+        case GGUF_TYPE_INT16:  return *(const int16_t *) p;
+        case GGUF_TYPE_UINT32: return *(const uint32_t *) p;
+        case GGUF_TYPE_INT32:  return *(const int32_t *) p;
+        case GGUF_TYPE_UINT64: return (int64_t) *(const uint64_t *) p;
+        case GGUF_TYPE_INT64:  return *(const int64_t *) p;
+        case GGUF_TYPE_BOOL:   return *(const int8_t *) p != 0;
+        default:               return 0;
+    }
+}
+
+}  // namespace
+
+ModelFile::ModelFile(const std::string & path) : path_(path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) {
+        throw std::invalid_argument("cannot open model file '" + path + "': " + std::strerror(errno));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        ::close(fd);
+        throw std::invalid_argument("'" + path + "' is not a regular file");
+    }
+    file_size_ = (size_t) st.st_size;
+    char magic[4] = {0, 0, 0, 0};
+    const bool short_read = ::pread(fd, magic, 4, 0) != 4;
+    if (short_read || std::memcmp(magic, "GGUF", 4) != 0) {
+        ::close(fd);
+        throw ModelFormatError("'" + path + "' is not a GGUF file (bad magic)");
+    }
+    {
+        LogCapture log;
+        gguf_init_params params = {/*no_alloc =*/ true, /*ctx =*/ &meta_};
+        gguf_ = gguf_init_from_file(path.c_str(), params);
+        if (!gguf_) {
+            ::close(fd);
+            const std::string why = log.text();
+            throw ModelFormatError("corrupt GGUF file '" + path + "'" + (why.empty() ? "" : ": " + why));
+        }
+    }
+    try {
+        validate_tensor_ranges();
+    } catch (...) {
+        ::close(fd);
+        throw;
+    }
+    map_ = ::mmap(nullptr, file_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        throw std::runtime_error("cannot mmap '" + path + "': " + std::strerror(errno));
+    }
+}
+
+ModelFile::~ModelFile() {
+    if (buffer_) ggml_backend_buffer_free(buffer_);
+    if (map_) ::munmap(map_, file_size_);
+    if (meta_) ggml_free(meta_);
+    if (gguf_) gguf_free(gguf_);
+}
+
+void ModelFile::validate_tensor_ranges() const {
+    const size_t data_offset = gguf_get_data_offset(gguf_);
+    const int64_t n = gguf_get_n_tensors(gguf_);
+    for (int64_t i = 0; i < n; ++i) {
+        const size_t begin = data_offset + gguf_get_tensor_offset(gguf_, i);
+        const size_t size = gguf_get_tensor_size(gguf_, i);
+        if (begin > file_size_ || size > file_size_ - begin) {
+            throw ModelFormatError("truncated GGUF file '" + path_ + "': tensor '" +
+                                   gguf_get_tensor_name(gguf_, i) + "' needs bytes up to " +
+                                   std::to_string(begin + size) + " but the file has " +
+                                   std::to_string(file_size_));
+        }
+    }
+}
+
+int ModelFile::key_id(const std::string & key) const { return (int) gguf_find_key(gguf_, key.c_str()); }
+
+bool ModelFile::has_key(const std::string & key) const { return key_id(key) >= 0; }
+
+bool ModelFile::is_array(const std::string & key) const {
+    const int id = key_id(key);
+    return id >= 0 && gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY;
+}
+
+std::string ModelFile::get_str(const std::string & key) const {
+    const int id = key_id(key);
+    if (id < 0) throw ModelFormatError("GGUF '" + path_ + "' lacks the key '" + key + "'");
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_STRING) {
+        throw ModelFormatError("GGUF key '" + key + "' is not a string");
+    }
+    return gguf_get_val_str(gguf_, id);
+}
+
+int64_t ModelFile::get_int(const std::string & key) const {
+    const int id = key_id(key);
+    if (id < 0) throw ModelFormatError("GGUF '" + path_ + "' lacks the key '" + key + "'");
+    const gguf_type t = gguf_get_kv_type(gguf_, id);
+    if (!is_int_type(t)) throw ModelFormatError("GGUF key '" + key + "' is not an integer");
+    return read_int(t, gguf_get_val_data(gguf_, id));
+}
+
+int64_t ModelFile::get_int(const std::string & key, int64_t fallback) const {
+    return has_key(key) ? get_int(key) : fallback;
+}
+
+double ModelFile::get_float(const std::string & key, double fallback) const {
+    const int id = key_id(key);
+    if (id < 0) return fallback;
+    const gguf_type t = gguf_get_kv_type(gguf_, id);
+    if (t == GGUF_TYPE_FLOAT32) return gguf_get_val_f32(gguf_, id);
+    if (t == GGUF_TYPE_FLOAT64) return gguf_get_val_f64(gguf_, id);
+    if (is_int_type(t)) return (double) read_int(t, gguf_get_val_data(gguf_, id));
+    throw ModelFormatError("GGUF key '" + key + "' is not a number");
+}
+
+std::vector<int64_t> ModelFile::get_int_array(const std::string & key) const {
+    const int id = key_id(key);
+    if (id < 0) throw ModelFormatError("GGUF '" + path_ + "' lacks the key '" + key + "'");
+    if (gguf_get_kv_type(gguf_, id) != GGUF_TYPE_ARRAY) return {get_int(key)};
+    const gguf_type t = gguf_get_arr_type(gguf_, id);
+    if (!is_int_type(t)) throw ModelFormatError("GGUF key '" + key + "' is not an integer array");
+    const size_t n = gguf_get_arr_n(gguf_, id);
+    const auto * data = (const uint8_t *) gguf_get_arr_data(gguf_, id);
+    const size_t stride = int_size(t);
+    std::vector<int64_t> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = read_int(t, data + i * stride);
+    return out;
+}
+
+ggml_tensor * ModelFile::find_tensor(const std::string & name) const { return ggml_get_tensor(meta_, name.c_str()); }
+
+ggml_tensor * ModelFile::tensor_or_null(const std::string & name, std::vector<int64_t> ne) const {
+    ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
+    if (!t) return nullptr;
+    bool ok = ne.size() <= GGML_MAX_DIMS;
+    for (int i = 0; ok && i < GGML_MAX_DIMS; ++i) {
+        const int64_t want = i < (int) ne.size() ? ne[i] : 1;
+        ok = t->ne[i] == want;
+    }
+    if (!ok) {
+        throw ModelFormatError("tensor '" + name + "' in '" + path_ + "' has shape " +
+                               shape_str(t->ne, ggml_n_dims(t)) + ", expected " +
+                               shape_str(ne.data(), (int) ne.size()));
+    }
+    return t;
+}
+
+ggml_tensor * ModelFile::tensor(const std::string & name, std::vector<int64_t> ne) const {
+    ggml_tensor * t = tensor_or_null(name, ne);
+    if (!t) throw ModelFormatError("GGUF '" + path_ + "' lacks the tensor '" + name + "'");
+    return t;
+}
+
+void ModelFile::bind(ggml_backend_dev_t dev) {
+    const size_t data_offset = gguf_get_data_offset(gguf_);
+    auto * base = (uint8_t *) map_;
+    const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
+    if (host) {
+        // Weights stay in the page cache: the mmap is the buffer. A plain CPU
+        // buffer, never CPU_REPACK, whose kernels are not batch-invariant.
+        buffer_ = ggml_backend_cpu_buffer_from_ptr(base, file_size_);
+        ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+            const int64_t id = gguf_find_tensor(gguf_, ggml_get_name(t));
+            ggml_backend_tensor_alloc(buffer_, t, base + data_offset + gguf_get_tensor_offset(gguf_, id));
+        }
+        return;
+    }
+    buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
+    if (!buffer_) throw std::runtime_error("cannot allocate device memory for the weights of '" + path_ + "'");
+    ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+        const int64_t id = gguf_find_tensor(gguf_, ggml_get_name(t));
+        ggml_backend_tensor_set(t, base + data_offset + gguf_get_tensor_offset(gguf_, id), 0, ggml_nbytes(t));
+    }
+}
+
+size_t ModelFile::weight_bytes() const {
+    size_t total = 0;
+    for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) total += ggml_nbytes(t);
+    return total;
+}
+
+}  // namespace ggspec

@@ -1,0 +1,50 @@
+// What an architecture's graph builder works with: the ggml context, the
+// model, the cache, and the per-forward input tensors that the target fills
+// before each replay of a persistent graph.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ggml.h"
+#include "hparams.h"
+#include "kv_cache.h"
+
+namespace ggspec {
+
+// The inputs of one kind of attention (whole-context or sliding-window).
+struct AttentionInputs {
+    ggml_tensor * mask = nullptr;   // F32 [n_kv, n_rows]: 0 or -inf
+    ggml_tensor * k_idx = nullptr;  // I64 [n_rows]: the K cache row each new row goes to
+    ggml_tensor * v_idx = nullptr;  // I64 [n_rows * n_embd_kv]: element slots in the transposed V cache
+    int64_t n_kv = 0;               // slots attended over
+    bool ring = false;              // cache rows come from the sliding-window ring
+    int64_t window = 0;             // 0 = whole context
+};
+
+struct ForwardGraph {
+    ggml_context * ctx;
+    const Hparams & hp;
+    const ModelWeights & w;
+    const KvCache & kv;
+    int64_t n_rows;
+    ggml_tensor * tokens;     // I32 [n_rows]
+    ggml_tensor * positions;  // I32 [n_rows]
+    AttentionInputs full;
+    AttentionInputs swa;      // used by layers with hp.is_swa[il]
+    std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
+
+    const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
+};
+
+// An architecture: how its GGUF is read, and how its trunk is built. The
+// trunk ends after the final norm; the target adds the LM head and outputs.
+struct Architecture {
+    const char * name;
+    void (*load)(const class ModelFile & file, Hparams & hp, ModelWeights & w);
+    ggml_tensor * (*build_trunk)(ForwardGraph & g);
+};
+
+const Architecture * find_architecture(const std::string & name);
+std::string supported_architectures();
+
+}  // namespace ggspec

@@ -1,0 +1,81 @@
+#include "models/layers.h"
+
+#include <cmath>
+
+namespace ggspec {
+
+ggml_tensor * embed_tokens(ForwardGraph & g) {
+    ggml_tensor * x = ggml_get_rows(g.ctx, g.w.tok_embd, g.tokens);
+    return g.hp.embd_scale == 1.0f ? x : ggml_scale(g.ctx, x, g.hp.embd_scale);
+}
+
+ggml_tensor * rms_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight) {
+    return ggml_mul(g.ctx, ggml_rms_norm(g.ctx, x, g.hp.rms_eps), weight);
+}
+
+namespace {
+
+ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
+    const Hparams & hp = g.hp;
+    const bool swa = hp.is_swa[il];
+    return ggml_rope_ext(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, hp.rope_type, (int) hp.n_ctx_train,
+                         swa ? hp.rope_base_swa : hp.rope_base, swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale,
+                         /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
+}
+
+// Writes this forward's K and V rows into the cache and returns views of the
+// first n_kv slots, shaped for attention: K [hd, n_kv, n_head_kv] and
+// V^T [n_kv, hd, n_head_kv]. The views hang off the writes, so the graph
+// orders every read after them.
+std::pair<ggml_tensor *, ggml_tensor *> cache_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
+    ggml_context * ctx = g.ctx;
+    const AttentionInputs & in = g.attention_inputs(il);
+    const int64_t hd = g.hp.head_dim, n_kv_dim = g.hp.n_embd_kv();
+    ggml_tensor * kc = g.kv.k(il);
+    ggml_tensor * vc = g.kv.v(il);
+
+    ggml_tensor * k_written = ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, n_kv_dim, g.n_rows), in.k_idx);
+    // V is stored transposed so that attention multiplies it without a copy;
+    // each element is written as a one-element row at its own slot.
+    ggml_tensor * v_written = ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)),
+                                            ggml_reshape_2d(ctx, v, 1, n_kv_dim * g.n_rows), in.v_idx);
+
+    ggml_tensor * kview = ggml_view_3d(ctx, k_written, hd, g.hp.n_head_kv, in.n_kv, ggml_row_size(kc->type, hd),
+                                       kc->nb[1], 0);
+    ggml_tensor * vview = ggml_view_3d(ctx, v_written, in.n_kv, hd, g.hp.n_head_kv, vc->nb[1], vc->nb[1] * hd, 0);
+    return {ggml_permute(ctx, kview, 0, 2, 1, 3), vview};
+}
+
+}  // namespace
+
+ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
+    ggml_context * ctx = g.ctx;
+    const Hparams & hp = g.hp;
+    const LayerWeights & l = g.w.layers[il];
+    const int64_t n = g.n_rows, hd = hp.head_dim;
+
+    ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wq, x), hd, hp.n_head, n);
+    ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wk, x), hd, hp.n_head_kv, n);
+    ggml_tensor * v = ggml_mul_mat(ctx, l.wv, x);
+    if (l.q_norm) q = rms_norm(g, q, l.q_norm);
+    if (l.k_norm) k = rms_norm(g, k, l.k_norm);
+    q = rope(g, il, q);
+    k = rope(g, il, k);
+    if (hp.q_scale != 1.0f) q = ggml_scale(ctx, q, hp.q_scale);
+
+    auto [kcache, vcache] = cache_kv(g, il, k, v);
+    ggml_tensor * kq = ggml_mul_mat(ctx, kcache, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
+    kq = ggml_soft_max_ext(ctx, kq, g.attention_inputs(il).mask, hp.kq_scale, 0.0f);
+    ggml_tensor * kqv = ggml_mul_mat(ctx, vcache, kq);  // [hd, n, n_head]
+    ggml_tensor * o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, n);
+    return ggml_mul_mat(ctx, l.wo, o);
+}
+
+ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act) {
+    ggml_tensor * gate = ggml_mul_mat(g.ctx, l.ffn_gate, x);
+    ggml_tensor * up = ggml_mul_mat(g.ctx, l.ffn_up, x);
+    ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(g.ctx, gate, up) : ggml_geglu_split(g.ctx, gate, up);
+    return ggml_mul_mat(g.ctx, l.ffn_down, h);
+}
+
+}  // namespace ggspec

@@ -1,0 +1,25 @@
+// The architectures ggspec can run, by general.architecture.
+#include "models/forward_graph.h"
+
+namespace ggspec {
+
+extern const Architecture kLlama;
+extern const Architecture kQwen3;
+extern const Architecture kGemma3;
+
+static const Architecture * const kArchitectures[] = {&kLlama, &kQwen3, &kGemma3};
+
+const Architecture * find_architecture(const std::string & name) {
+    for (const Architecture * a : kArchitectures) {
+        if (name == a->name) return a;
+    }
+    return nullptr;
+}
+
+std::string supported_architectures() {
+    std::string s;
+    for (const Architecture * a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a->name);
+    return s;
+}
+
+}  // namespace ggspec

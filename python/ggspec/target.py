@@ -1,0 +1,174 @@
+"""The target adapter: a GGUF model that runs batched, bit-exact verify forwards.
+
+Row i of a k-row `spec_forward` gives the same bits as the one-row step at that
+position, so a speculative step can never change what plain decoding emits.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+import numpy as np
+
+from ggspec import _core
+from ggspec._core import ContextOverflowError, ModelFormatError
+
+Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after the final norm)
+
+
+@dataclass(frozen=True)
+class ForwardResult:
+    """What one forward returns; only what was asked for crosses to the host.
+
+    logits: float32 [n_rows, n_vocab] with all_logits, else [1, n_vocab]; with
+        top_k > 0, the top-k logits [n_out, top_k], best first.
+    ids: int32 [n_out, top_k] token ids matching `logits` when top_k > 0, else None.
+    hidden: float32 [n_rows, len(hidden_layers) * n_embd], or None.
+    """
+
+    logits: np.ndarray
+    ids: np.ndarray | None
+    hidden: np.ndarray | None
+
+
+def physical_cores() -> int:
+    """Physical cores this process may run on (hyperthreads slow ggml's decode)."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            phys = core = None
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "physical id":
+                    phys = value.strip()
+                elif key == "core id":
+                    core = value.strip()
+                elif not line.strip() and core is not None:
+                    cores.add((phys, core))
+                    phys = core = None
+            if core is not None:
+                cores.add((phys, core))
+    except OSError:
+        pass
+    return max(1, min(allowed, len(cores) or allowed))
+
+
+class Target:
+    """A loaded model: the `SpeculativeTarget` the speculative runtime drives."""
+
+    #: Attention-only trunks keep the KV a verify wrote for its accepted rows,
+    #: so a rollback is a rewind and never a re-forward.
+    verify_persists_accepted_kv = True
+
+    def __init__(self, core: _core.Target, path: str):
+        self._core = core
+        self.path = path
+
+    # --- shape ---------------------------------------------------------------
+    arch = property(lambda self: self._core.arch)
+    n_vocab = property(lambda self: self._core.n_vocab)
+    n_embd = property(lambda self: self._core.n_embd)
+    n_layer = property(lambda self: self._core.n_layer)
+    device = property(lambda self: self._core.device)
+    n_threads = property(lambda self: self._core.n_threads)
+
+    @property
+    def cache_seq_len(self) -> int:
+        """Positions currently held in the KV cache."""
+        return self._core.seq_len
+
+    @property
+    def max_context_length(self) -> int:
+        return self._core.n_ctx
+
+    @property
+    def graph_builds(self) -> int:
+        """Forward graphs built so far; steady-state decoding replays them and builds none."""
+        return self._core.graph_builds
+
+    # --- forward -------------------------------------------------------------
+    def spec_forward(
+        self,
+        tokens: Sequence[int] | np.ndarray,
+        *,
+        all_logits: bool = False,
+        hidden_layers: Sequence[Tap] = (),
+        top_k: int = 0,
+    ) -> ForwardResult:
+        """Appends `tokens` to the sequence as ONE batched forward (chunked for long prefills).
+
+        all_logits: LM head on every row (a verify) or only the last (a decode step).
+        hidden_layers: taps; an int i < n_layer is the input of layer i, "final" is the
+            trunk's output after the final norm.
+        top_k: 0 returns full logits; k > 0 returns the top k ids and logits per row,
+            computed in the graph (k = 1 is the argmax), best first, ties to the lower id.
+        """
+        taps = [self._tap_index(t) for t in hidden_layers]
+        values, ids, hidden = self._core.forward(np.asarray(tokens, dtype=np.int32), all_logits, taps, int(top_k))
+        return ForwardResult(logits=values, ids=ids, hidden=hidden)
+
+    def _tap_index(self, tap: Tap) -> int:
+        if tap == "final":
+            return -1
+        if isinstance(tap, (int, np.integer)) and 0 <= tap < self.n_layer:
+            return int(tap)
+        raise ValueError(f"hidden tap {tap!r} is neither 'final' nor a layer index in [0, {self.n_layer})")
+
+    # --- cache control -------------------------------------------------------
+    def ensure_capacity(self, n: int) -> None:
+        """Raises ContextOverflowError unless a sequence of n positions fits."""
+        self._core.ensure_capacity(int(n))
+
+    def rewind(self, length: int) -> None:
+        """Keeps the first `length` positions of the cache and forgets the rest."""
+        self._core.rewind(int(length))
+
+    def snapshot_recurrent(self) -> None:
+        """No recurrent state in an attention-only trunk: nothing to snapshot."""
+
+    def restore_recurrent(self) -> None:
+        """No recurrent state in an attention-only trunk: nothing to restore."""
+
+    def reset(self) -> None:
+        """Empties the sequence."""
+        self._core.reset()
+
+    def __repr__(self) -> str:
+        return (f"Target({self.path!r}, arch={self.arch}, n_layer={self.n_layer}, n_embd={self.n_embd}, "
+                f"n_vocab={self.n_vocab}, n_ctx={self.max_context_length}, device={self.device})")
+
+
+def load(
+    path: str | os.PathLike,
+    *,
+    n_ctx: int = 4096,
+    n_threads: int | None = None,
+    device: str = "auto",
+    kv_type: str = "f16",
+    prefill_chunk: int = 512,
+    max_verify_rows: int = 65,
+) -> Target:
+    """Loads a GGUF model as a speculative-decoding target.
+
+    n_ctx: positions the KV cache holds. n_threads: CPU threads (default: physical
+    cores). device: "auto" (a GPU if this build has one, else the CPU), "cpu", or a
+    ggml device name such as "CUDA0". kv_type: "f16", "bf16" or "f32".
+    prefill_chunk: rows per prefill graph. max_verify_rows: the largest verify
+    (draft window + 1) a sliding-window cache must be able to rewind.
+
+    Raises ModelFormatError for a corrupt, truncated or unsupported file.
+    """
+    path = os.fspath(path)
+    threads = physical_cores() if n_threads is None else int(n_threads)
+    if threads < 1:
+        raise ValueError(f"n_threads must be at least 1, got {threads}")
+    core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
+                        prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows))
+    return Target(core, path)
+
+
+__all__ = ["Target", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores"]
