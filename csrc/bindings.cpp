@@ -26,6 +26,7 @@ py::tuple target_forward(Target & t, const TokenArray & tokens, bool all_rows, c
     req.all_rows = all_rows;
     req.top_k = top_k;
     req.taps = taps;
+    t.check_request(req);  // before sizing the outputs by it
 
     ForwardOutputs out;
     py::object logits = py::none(), ids = py::none(), hidden = py::none();

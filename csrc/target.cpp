@@ -226,7 +226,7 @@ void Target::read_outputs(const CachedGraph & g, const GraphKey & key, int64_t r
     }
 }
 
-void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
+void Target::check_request(const ForwardRequest & req) const {
     const int64_t n = req.n_tokens;
     if (n <= 0) throw std::invalid_argument("forward needs at least one token");
     ensure_capacity(kv_->seq_len() + n);
@@ -243,7 +243,11 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
         }
     }
     if (req.top_k < 0 || req.top_k > hp_.n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
+}
 
+void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
+    check_request(req);
+    const int64_t n = req.n_tokens;
     const int64_t start_len = kv_->seq_len();
     try {
         for (int64_t done = 0; done < n;) {

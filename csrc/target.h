@@ -54,6 +54,8 @@ public:
     // Appends the tokens at positions [seq_len, seq_len + n) and writes the
     // requested outputs. Prefill runs in chunks of opt.prefill_chunk rows.
     void forward(const ForwardRequest & req, const ForwardOutputs & out);
+    // Throws (naming the problem) for a request forward() would refuse.
+    void check_request(const ForwardRequest & req) const;
 
     void rewind(int64_t length) { kv_->rewind(length); }
     void reset() { kv_->clear(); }

@@ -1,0 +1,98 @@
+"""Row i of a k-row verify gives the same bits as the one-row step at that position.
+
+This is the property that lets speculative decoding reproduce plain decoding
+exactly: every emitted token is drawn from a verify row, so the rows must not
+depend on how many other rows were in the batch.
+"""
+
+import numpy as np
+import pytest
+
+import ggspec
+from tests.fixtures.tiny_models import ARCHS
+
+MAX_ROWS = 65
+TAPS = (0, 1, "final")
+
+
+def assert_bits_equal(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
+    assert actual.shape == expected.shape, what
+    if not np.array_equal(actual.view(np.uint32), expected.view(np.uint32)):
+        diff = np.abs(actual - expected)
+        row = int(np.unravel_index(diff.argmax(), diff.shape)[0])
+        pytest.fail(f"{what}: not bit-identical (max |diff| {diff.max():.3g} at row {row})")
+
+
+def one_row_steps(target, prompt, seq, taps=()):
+    target.reset()
+    target.spec_forward(prompt)
+    results = [target.spec_forward([tok], hidden_layers=taps) for tok in seq]
+    logits = np.concatenate([r.logits for r in results])
+    hidden = np.concatenate([r.hidden for r in results]) if taps else None
+    return logits, hidden
+
+
+def check_every_window(target, prompt, seq, taps=()):
+    ref_logits, ref_hidden = one_row_steps(target, prompt, seq, taps)
+    for k in range(1, len(seq) + 1):
+        target.rewind(len(prompt))
+        r = target.spec_forward(seq[:k], all_logits=True, hidden_layers=taps)
+        assert_bits_equal(r.logits, ref_logits[:k], f"logits of a {k}-row verify")
+        if taps:
+            assert_bits_equal(r.hidden, ref_hidden[:k], f"hidden taps of a {k}-row verify")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_k"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_verify_rows_match_one_row_steps(tiny_model, arch, dtype):
+    target = ggspec.load(tiny_model(arch, dtype), n_ctx=512)
+    rng = np.random.default_rng(1)
+    # 300 prompt tokens push gemma3's 256-slot sliding-window ring past a wrap.
+    prompt = rng.integers(3, target.n_vocab, size=300).tolist()
+    seq = rng.integers(3, target.n_vocab, size=MAX_ROWS).tolist()
+    check_every_window(target, prompt, seq, TAPS)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_prefill_chunks_match_one_row_steps(tiny_model, arch):
+    target = ggspec.load(tiny_model(arch, "q8_0"), n_ctx=256, prefill_chunk=16)
+    tokens = np.random.default_rng(2).integers(3, target.n_vocab, size=50).tolist()
+    chunked = target.spec_forward(tokens, all_logits=True, hidden_layers=TAPS)
+    ref_logits, ref_hidden = one_row_steps(target, tokens[:1], tokens[1:], TAPS)
+    target.reset()
+    first = target.spec_forward(tokens[:1], all_logits=True, hidden_layers=TAPS)
+    assert_bits_equal(chunked.logits, np.concatenate([first.logits, ref_logits]), "chunked prefill logits")
+    assert_bits_equal(chunked.hidden, np.concatenate([first.hidden, ref_hidden]), "chunked prefill taps")
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rewind_and_reforward_reproduce_logits(tiny_model, arch):
+    target = ggspec.load(tiny_model(arch, "f16"), n_ctx=256)
+    tokens = np.random.default_rng(3).integers(3, target.n_vocab, size=120).tolist()
+    full = target.spec_forward(tokens, all_logits=True).logits
+    for keep in (119, 100, 64, 1):
+        target.rewind(keep)
+        again = target.spec_forward(tokens[keep:], all_logits=True).logits
+        assert_bits_equal(again, full[keep:], f"re-forward after rewind to {keep}")
+
+
+def test_top_k_and_argmax_agree_with_full_logits(tiny_model):
+    target = ggspec.load(tiny_model("qwen3", "q8_0"), n_ctx=128)
+    tokens = np.random.default_rng(4).integers(3, target.n_vocab, size=12).tolist()
+    full = target.spec_forward(tokens, all_logits=True).logits
+    for k in (1, 5):
+        target.reset()
+        r = target.spec_forward(tokens, all_logits=True, top_k=k)
+        order = np.argsort(-full, axis=1, kind="stable")[:, :k]
+        assert np.array_equal(r.ids, order)
+        assert_bits_equal(r.logits, np.take_along_axis(full, order, axis=1), f"top-{k} values")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_real_model_verify_rows_match_one_row_steps(request, model):
+    target = ggspec.load(request.getfixturevalue(model), n_ctx=512)
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(100, 20000, size=24).tolist()
+    seq = rng.integers(100, 20000, size=MAX_ROWS).tolist()
+    check_every_window(target, prompt, seq)
