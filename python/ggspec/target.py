@@ -151,6 +151,7 @@ def load(
     kv_type: str = "f16",
     prefill_chunk: int = 512,
     max_verify_rows: int = 65,
+    graph_budget_mb: float = 1024.0,
 ) -> Target:
     """Loads a GGUF model as a speculative-decoding target.
 
@@ -159,6 +160,7 @@ def load(
     ggml device name such as "CUDA0". kv_type: "f16", "bf16" or "f32".
     prefill_chunk: rows per prefill graph. max_verify_rows: the largest verify
     (draft window + 1) a sliding-window cache must be able to rewind.
+    graph_budget_mb: memory for persistent graphs; the least recently used are freed past it.
 
     Raises ModelFormatError for a corrupt, truncated or unsupported file.
     """
@@ -167,7 +169,8 @@ def load(
     if threads < 1:
         raise ValueError(f"n_threads must be at least 1, got {threads}")
     core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
-                        prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows))
+                        prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows),
+                        graph_budget_mb=float(graph_budget_mb))
     return Target(core, path)
 
 
