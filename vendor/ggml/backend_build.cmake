@@ -14,8 +14,12 @@ if(NOT GGSPEC_GGML_SDIST_DIR)
   file(GLOB _ggspec_src "${_ggspec_dl}/src/libggml_python-*")
   if(NOT _ggspec_src)
     message(STATUS "ggspec: downloading the libggml-python==${GGSPEC_LIBGGML_VERSION} sdist")
+    # --no-binary names the one package: with :all: pip would also build the
+    # sdist's build tools (cmake, ninja) from source just to read its metadata.
+    # CMAKE_ARGS is dropped so that metadata step does not see our backend flags.
     execute_process(
-      COMMAND "${Python_EXECUTABLE}" -m pip download --no-deps --no-binary=:all: --no-build-isolation
+      COMMAND "${CMAKE_COMMAND}" -E env --unset=CMAKE_ARGS
+              "${Python_EXECUTABLE}" -m pip download --no-deps --no-binary=libggml-python
               "libggml-python==${GGSPEC_LIBGGML_VERSION}" -d "${_ggspec_dl}"
       RESULT_VARIABLE _ggspec_rc)
     file(GLOB _ggspec_tgz "${_ggspec_dl}/libggml_python-*.tar.gz")
