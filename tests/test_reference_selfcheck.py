@@ -9,6 +9,8 @@ from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, quants
 
 from tests.fixtures.tiny_models import write_tiny_model
 from tests.fixtures.tiny_vocab import MIN_VOCAB, spm_vocab
+from tests.fixtures.weight_encoding import encode_matrix
+from tests.reference import ggml_cpu
 from tests.reference.numpy_model import ReferenceModel, rope
 
 ARCHS = ["llama", "qwen3", "gemma3"]
@@ -155,6 +157,34 @@ def test_tiny_models_have_a_useful_spread_of_logits(tmp_path, arch, tied):
 # --- reference --------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q5_0", "Q8_0", "Q4_1", "Q5_1", "Q4_K", "Q6_K"])
+def test_quantized_matmul_is_the_dot_of_its_dequantized_operands(qtype):
+    # ggml_cpu.dot_quantized works on integer quants in ggml's order; up to that order it is
+    # the float dot of the weight and activations dequantized, plus for Q4_1/Q5_1 the
+    # rounding of Q8_1's f16 block sums s, which their block mins m multiply.
+    qtype = GGMLQuantizationType[qtype]
+    k_quant = qtype in (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K)
+    rng = np.random.default_rng(5)
+    matrix = (rng.standard_normal((48, 512)) * rng.uniform(0.1, 2.0, (48, 1))).astype(np.float32)
+    if k_quant:
+        pytest.importorskip("ggspec._core", reason="K-quant fixtures need ggspec._core.quantize")
+        data, _ = encode_matrix(matrix, qtype.name.lower())
+    else:
+        data = quants.quantize(matrix, qtype)
+    x = rng.standard_normal((5, 512)).astype(np.float32)
+    x[0, :64] = 0  # all-zero activation blocks
+    weight = ggml_cpu.QuantizedWeight.from_gguf(data, qtype)
+
+    x_quants, x_d, x_s = ggml_cpu.quantize_q8_k(x) if k_quant else ggml_cpu.quantize_q8_0(x)
+    block = 256 if k_quant else 32
+    expected = (x_quants * np.repeat(x_d, block, axis=-1)).astype(np.float64) @ quants.dequantize(data, qtype).T
+    if qtype in (GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q5_1):
+        quant_sums = x_quants.reshape(len(x), -1, block).sum(axis=-1)
+        expected += (x_s - x_d * quant_sums).astype(np.float64) @ weight.m.T
+    ours = ggml_cpu.dot_quantized(weight, x)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=1e-5 * np.abs(expected).max())
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_reference_is_causal(tmp_path, arch):
     model = ReferenceModel(write_tiny_model(tmp_path / "m.gguf", arch, dtype="q8_0"))
@@ -214,18 +244,18 @@ def test_only_global_layers_carry_a_token_past_the_windows(tmp_path):
 
 def test_rope_modes_and_relative_positions():
     rng = np.random.default_rng(4)
-    x = rng.standard_normal((1, 2, 8))
+    x = rng.standard_normal((1, 2, 8)).astype(np.float32)
     n_pos = 6
     xs = np.repeat(x, n_pos, axis=0)
     normal = rope(xs, 8, "normal", 100.0, 0.5)
     # NEOX rotates (x[i], x[i + n/2]) as NORMAL rotates (x[2i], x[2i + 1]).
     interleaved_to_halves = np.r_[0:8:2, 1:8:2]
     neox = rope(xs[..., interleaved_to_halves], 8, "neox", 100.0, 0.5)
-    np.testing.assert_allclose(neox, normal[..., interleaved_to_halves], rtol=1e-12)
-    np.testing.assert_allclose(normal[0], x[0], rtol=1e-12)  # position 0 does not turn
-    # q.k depends on positions only through their difference.
-    dots = np.einsum("pd,qd->pq", normal[:, 0], normal[:, 1])
-    np.testing.assert_allclose(dots[1, 3], dots[2, 4], rtol=1e-12)
+    np.testing.assert_array_equal(neox, normal[..., interleaved_to_halves])
+    np.testing.assert_array_equal(normal[0], x[0])  # position 0 does not turn
+    # q.k depends on positions only through their difference (up to f32 rounding: rope is ggml's f32).
+    dots = np.einsum("pd,qd->pq", normal[:, 0].astype(np.float64), normal[:, 1].astype(np.float64))
+    np.testing.assert_allclose(dots[1, 3], dots[2, 4], rtol=1e-6)
     # Dimensions past n_rot are left alone.
     partial = rope(xs, 4, "normal", 100.0, 1.0)
     np.testing.assert_array_equal(partial[..., 4:], xs[..., 4:])

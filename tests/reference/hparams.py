@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from gguf import GGUFReader
 
 SUPPORTED_ARCHS = ("llama", "qwen3", "gemma3")
@@ -35,7 +36,8 @@ class HParams:
     # Per layer, because gemma3's SWA layers use their own rope base and scale.
     rope_freq_base: tuple[float, ...]
     rope_freq_scale: tuple[float, ...]
-    # Multiplies q.k before the softmax (llama.cpp applies gemma3's to q instead: same product).
+    # 1/sqrt(head size), an f32 as llama.cpp computes it: the softmax scales q.k by it
+    # (gemma3: q is scaled by it before the product instead).
     attn_scale: float
     # Per layer: keys at p0 are hidden from queries at p1 when p1 - p0 >= n_swa.
     is_swa: tuple[bool, ...]
@@ -90,6 +92,11 @@ def _swa_layers(reader: GGUFReader, arch: str, n_layer: int) -> tuple[tuple[bool
     return tuple(pattern == 0 or il % pattern < pattern - 1 for il in range(n_layer)), n_swa
 
 
+def _f32_inv_sqrt(n: int) -> float:
+    """1.0f / sqrtf(float(n)), as llama.cpp computes its attention scales."""
+    return float(np.float32(1) / np.sqrt(np.float32(n)))
+
+
 def read_hparams(reader: GGUFReader) -> HParams:
     arch = _get(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHS:
@@ -109,11 +116,11 @@ def read_hparams(reader: GGUFReader) -> HParams:
     if arch == "gemma3":
         # llama.cpp's f_attention_scale: Gemma 3 27B (62 layers) uses the integer
         # n_embd / n_head in place of the head size.
-        attn_scale = 1.0 / math.sqrt(n_embd // n_head if n_layer == 62 else head_dim_k)
+        attn_scale = _f32_inv_sqrt(n_embd // n_head if n_layer == 62 else head_dim_k)
         embd_scale = math.sqrt(n_embd)
         softcap = _scalar(reader, f"{arch}.final_logit_softcapping", 0.0)
     else:
-        attn_scale = 1.0 / math.sqrt(head_dim_v)
+        attn_scale = _f32_inv_sqrt(head_dim_v)
         embd_scale = 1.0
         softcap = 0.0
 

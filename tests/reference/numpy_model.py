@@ -3,32 +3,39 @@
 It follows llama.cpp's semantics for the llama, qwen3 and gemma3 architectures
 (src/models/*.cpp there) and knows nothing of ggspec's C++ code, so ggspec's logits
 and hidden states are checked against it. It runs the whole sequence from position 0
-with causal attention, no KV cache, so it is simple rather than fast.
+with causal attention, no KV cache (as llama.cpp with an f32 KV cache computes it),
+so it is simple rather than fast.
 
-Precision: weights are dequantized once to float32 with gguf-py, and the matrix
-products run in float32; everything between them (norms, rope, attention scores,
-softmax, residual stream) is float64. The exact formulas are used where ggml rounds:
-for a quantized weight ggml's CPU matmul first quantizes the activations (Q8_0/Q8_1,
-or Q8_K for K-quants), for an f16 weight it rounds them to f16, and its GELU is an f16
-table. Checked against llama.cpp (CPU, f32 KV cache): f32 llama/qwen3 models and an f32
-copy of SmolLM2 agree to ~1e-5 in the logits, gemma3 to ~1e-2 (the GELU table);
-quantized files differ by up to a few tenths of a logit, through activation rounding.
+Precision: it computes what ggml's CPU backend computes, bit for bit (the x86 AVX2 + FMA
+build that ggspec links; ggml_cpu.py holds the emulations): f32 throughout in ggml's order
+of operations, double where ggml sums in double. In particular each matmul first rounds
+its activations as ggml does for the weight's type (to f16 for f16 weights; to Q8_0, Q8_1
+or Q8_K quants for quantized ones, whose dot products then run on the integer quants like
+ggml's kernels), and GELU is ggml's f16 table. Exactness is the point: ggml's rounding of
+those activations turns an ulp of difference upstream into a different 8-bit quant now
+and then, which moves the logits by far more; a merely close reference would sit
+hundredths to tenths of a logit away from ggml on quantized models. Checked against
+ggspec (f32 KV cache), whose decode is bit-identical to llama.cpp's: the tiny f32, f16,
+Q8_0, Q4_K and Q6_K models, SmolLM2 (Q4_1, Q8_0) and Gemma 3 270M (Q4_K_M) give
+identical logits.
 
 Per architecture:
     llama:  RMSNorm; rope NORMAL (adjacent pairs); GQA attention scaled 1/sqrt(head_dim);
             SwiGLU FFN down(silu(gate x) * up x); LM head = token_embd when output.weight is absent.
     qwen3:  llama plus per-head RMSNorm of q and k before rope; rope NEOX (x[i], x[i + n_rot/2]).
-    gemma3: embeddings times sqrt(n_embd); per-head q/k RMSNorm, then NEOX rope; sliding-window
-            layers (own rope base, no rope scaling, keys p0 hidden from p1 when p1 - p0 >= window);
-            post-attention and post-FFN RMSNorms before each residual add; GELU(tanh) FFN;
-            optional final logit soft-capping.
+    gemma3: embeddings times sqrt(n_embd); per-head q/k RMSNorm, then NEOX rope; q scaled
+            before the softmax rather than the scores; sliding-window layers (own rope base,
+            no rope scaling, keys p0 hidden from p1 when p1 - p0 >= window); post-attention
+            and post-FFN RMSNorms before each residual add; GELU(tanh) FFN; optional final
+            logit soft-capping.
 """
 
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, quants
+from gguf import GGMLQuantizationType, GGUFReader, quants
 
+from tests.reference import ggml_cpu
 from tests.reference.hparams import HParams, read_hparams
 
 _LAYER_TENSORS = {
@@ -41,32 +48,38 @@ _ARCH_LAYER_TENSORS = {
 }
 
 
+# ggml's SIMD dot products sum 32 elements at a time before a scalar tail, so the length
+# of the key axis decides their order. The target's attention reads a KV view padded past
+# the sequence with masked keys, which add exact zeros (ggspec pads to a multiple of 256):
+# any multiple of 32 gives the same sums, while no padding would move keys to the tail.
+_KEY_PADDING = 32
+_FLOAT_TYPES = (GGMLQuantizationType.F32, GGMLQuantizationType.F16)
+
+
 def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
-    """ggml_rms_norm then the weight: over the last axis."""
-    x = np.asarray(x, dtype=np.float64)
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * weight
+    """ggml_rms_norm then ggml_mul by the weight, over the last axis: the sum of squares
+    in double, as ggml does, everything else in f32."""
+    x = np.asarray(x, dtype=np.float32)
+    mean = (np.sum(x * x, axis=-1, keepdims=True, dtype=np.float64) / x.shape[-1]).astype(np.float32)
+    scale = np.float32(1) / np.sqrt(mean + np.float32(eps))
+    return x * scale * weight
 
 
 def rope(x: np.ndarray, n_rot: int, mode: str, freq_base: float, freq_scale: float) -> np.ndarray:
-    """Rotate x [T, n_heads, head_dim] at positions 0..T-1, as ggml_rope_ext with ext_factor 0.
+    """Rotate x [T, n_heads, head_dim] at positions 0..T-1, as ggml_rope_ext with ext_factor 0,
+    in f32.
 
     Pair i (i < n_rot/2) turns by pos * freq_scale * freq_base^(-2i/n_rot); dims past
-    n_rot are left as they are.
+    n_rot are left as they are. NORMAL pairs (x[2i], x[2i+1]), NEOX (x[i], x[i + n_rot/2]).
     """
-    n_pos = x.shape[0]
-    inv_freq = freq_base ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)
-    theta = (np.arange(n_pos, dtype=np.float64) * freq_scale)[:, None] * inv_freq[None, :]
-    cos, sin = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :]
-    out = np.array(x, dtype=np.float64)
+    cos, sin = ggml_cpu.rope_cache(x.shape[0], n_rot, freq_base, freq_scale)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    out = np.array(x, dtype=np.float32)
     if mode == "normal":
-        x0, x1 = out[..., 0:n_rot:2].copy(), out[..., 1:n_rot:2].copy()
-        out[..., 0:n_rot:2] = x0 * cos - x1 * sin
-        out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+        first, second = np.s_[..., 0:n_rot:2], np.s_[..., 1:n_rot:2]
     else:
-        half = n_rot // 2
-        x0, x1 = out[..., :half].copy(), out[..., half:n_rot].copy()
-        out[..., :half] = x0 * cos - x1 * sin
-        out[..., half:n_rot] = x0 * sin + x1 * cos
+        first, second = np.s_[..., :n_rot // 2], np.s_[..., n_rot // 2:n_rot]
+    out[first], out[second] = ggml_cpu.rope_rotate(out[first], out[second], cos, sin)
     return out
 
 
@@ -81,31 +94,24 @@ def attention_mask(n_pos: int, n_swa: int) -> np.ndarray:
     return masked
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float, masked: np.ndarray) -> np.ndarray:
-    """softmax(scale * q k^T) v per head; q head h reads kv head h // (n_head / n_head_kv),
-    as ggml's broadcasting matmul does. q [T, n_head, d], k/v [T, n_head_kv, d] -> [T, n_head * d_v]."""
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, kq_scale: np.float32, masked: np.ndarray) -> np.ndarray:
+    """softmax(kq_scale * q k^T) v per head, as ggml's mul_mat, soft_max_ext, mul_mat over an
+    f32 KV cache; q head h reads kv head h // (n_head / n_head_kv), as ggml's broadcasting
+    matmul does. q [T, n_head, d], k/v [T, n_head_kv, d] -> [T, n_head * d_v].
+    """
     group = q.shape[1] // k.shape[1]
-    k = np.repeat(k, group, axis=1)
-    v = np.repeat(v, group, axis=1)
-    scores = np.einsum("thd,shd->hts", q, k) * scale
-    scores = np.where(masked[None, :, :], -np.inf, scores)
-    scores -= scores.max(axis=-1, keepdims=True)
-    probs = np.exp(scores)
-    probs /= probs.sum(axis=-1, keepdims=True)
-    out = np.einsum("hts,shd->thd", probs, v)
-    return out.reshape(out.shape[0], -1)
-
-
-def silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
-
-
-def gelu_tanh(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
+    n_keys = -(-k.shape[0] // _KEY_PADDING) * _KEY_PADDING
+    k, v = (np.pad(np.repeat(kv, group, axis=1), ((0, n_keys - kv.shape[0]), (0, 0), (0, 0))) for kv in (k, v))
+    masked = np.pad(masked, ((0, 0), (0, n_keys - masked.shape[1])), constant_values=True)
+    scores = ggml_cpu.dot_f32(k.transpose(1, 0, 2), q.transpose(1, 0, 2))  # [head, query, key]
+    probs = ggml_cpu.soft_max(scores, kq_scale, masked)
+    out = ggml_cpu.dot_f32(v.transpose(1, 2, 0), probs)  # [head, query, d_v]
+    return out.transpose(1, 0, 2).reshape(q.shape[0], -1)
 
 
 class ReferenceModel:
-    """A GGUF model held as dequantized float32 tensors, with a NumPy forward pass."""
+    """A GGUF model held as dequantized float32 tensors (quantized matrices also as their
+    integer quants), with a NumPy forward pass."""
 
     def __init__(self, model: str | Path | GGUFReader):
         # An open reader may be passed in: GGUFReader takes most of the load time on
@@ -115,6 +121,10 @@ class ReferenceModel:
         # np.array copies out of the file's memory map, once per tensor.
         self.weights = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
                         for t in reader.tensors}
+        self.weight_types = {t.name: t.tensor_type for t in reader.tensors}
+        # Quantized matmuls work on the integer quants, as ggml's dot kernels do.
+        self.quantized = {t.name: ggml_cpu.QuantizedWeight.from_gguf(t.data, t.tensor_type)
+                          for t in reader.tensors if t.tensor_type not in _FLOAT_TYPES}
         self._check_tensor_names()
 
     def _check_tensor_names(self) -> None:
@@ -130,11 +140,12 @@ class ReferenceModel:
             raise ValueError(f"model file lacks tensors: {missing[:8]}")
 
     def _matmul(self, x: np.ndarray, name: str) -> np.ndarray:
-        """x @ W^T in float32, W stored [n_out, n_in] like ggml's mul_mat(W, x).
-
-        Written as (W @ x^T)^T: with few rows, OpenBLAS runs that several times faster.
-        """
-        return (self.weights[name] @ x.astype(np.float32).T).T.astype(np.float64)
+        """ggml_mul_mat(W, x) = x @ W^T, W stored [n_out, n_in], as ggml's CPU computes it."""
+        if name in self.quantized:
+            return ggml_cpu.dot_quantized(self.quantized[name], x)
+        if self.weight_types[name] == GGMLQuantizationType.F16:
+            return ggml_cpu.dot_f16(self.weights[name], ggml_cpu.to_f16(x))  # x rounded to f16 first
+        return ggml_cpu.dot_f32(self.weights[name], x)
 
     def forward(self, tokens: list[int]) -> tuple[np.ndarray, dict]:
         """Logits [T, n_vocab] float32 and hidden states for tokens at positions 0..T-1.
@@ -149,20 +160,20 @@ class ReferenceModel:
         if tokens.min() < 0 or tokens.max() >= hp.n_vocab:
             raise ValueError(f"token ids must be in [0, {hp.n_vocab})")
 
-        x = self.weights["token_embd.weight"][tokens].astype(np.float64) * hp.embd_scale
+        x = self.weights["token_embd.weight"][tokens] * np.float32(hp.embd_scale)
         hidden: dict = {}
         masks = {n_swa: attention_mask(len(tokens), n_swa) for n_swa in {0, hp.n_swa}}
         for il in range(hp.n_layer):
-            hidden[il] = x.astype(np.float32)
+            hidden[il] = x
             x = self._layer(il, x, masks[hp.n_swa if hp.is_swa[il] else 0])
 
         final = rms_norm(x, self.weights["output_norm.weight"], hp.rms_eps)
-        hidden["final"] = final.astype(np.float32)
+        hidden["final"] = final
         logits = self._matmul(final, "output.weight" if "output.weight" in self.weights else "token_embd.weight")
         if hp.final_logit_softcapping:
-            cap = hp.final_logit_softcapping
-            logits = cap * np.tanh(logits / cap)
-        return logits.astype(np.float32), hidden
+            cap = np.float32(hp.final_logit_softcapping)
+            logits = ggml_cpu.tanhf(logits * (np.float32(1) / cap)) * cap
+        return logits, hidden
 
     def _layer(self, il: int, x: np.ndarray, masked: np.ndarray) -> np.ndarray:
         hp, w = self.hparams, self.weights
@@ -178,7 +189,10 @@ class ReferenceModel:
             k = rms_norm(k, w[blk + "attn_k_norm.weight"], hp.rms_eps)
         q = rope(q, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il])
         k = rope(k, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il])
-        attn = self._matmul(attention(q, k, v, hp.attn_scale, masked), blk + "attn_output.weight")
+        kq_scale = np.float32(hp.attn_scale)
+        if hp.arch == "gemma3":  # llama.cpp scales q by it, then runs the softmax unscaled
+            q, kq_scale = q * kq_scale, np.float32(1)
+        attn = self._matmul(attention(q, k, v, kq_scale, masked), blk + "attn_output.weight")
         if hp.arch == "gemma3":
             attn = rms_norm(attn, w[blk + "post_attention_norm.weight"], hp.rms_eps)
         x = x + attn
@@ -186,7 +200,7 @@ class ReferenceModel:
         cur = rms_norm(x, w[blk + "ffn_norm.weight"], hp.rms_eps)
         gate = self._matmul(cur, blk + "ffn_gate.weight")
         up = self._matmul(cur, blk + "ffn_up.weight")
-        act = gelu_tanh(gate) if hp.arch == "gemma3" else silu(gate)
+        act = ggml_cpu.gelu_f16_table(gate) if hp.arch == "gemma3" else ggml_cpu.silu(gate)
         ffn = self._matmul(act * up, blk + "ffn_down.weight")
         if hp.arch == "gemma3":
             ffn = rms_norm(ffn, w[blk + "post_ffw_norm.weight"], hp.rms_eps)

@@ -1,0 +1,64 @@
+"""ggspec agrees with the independent NumPy forward (the first oracle).
+
+The targets here keep an f32 KV cache: the reference emulates the model's math
+in ggml's CPU order of operations (tests/reference/ggml_cpu.py), not the f16
+storage of the default cache. The tolerances are the contract; in practice
+the two agree bit for bit on this machine.
+"""
+
+import numpy as np
+import pytest
+
+import ggspec
+from tests.fixtures.tiny_models import ARCHS
+from tests.reference.numpy_model import ReferenceModel
+
+EXACT_TYPES = ("f32", "f16")
+TOLERANCE = {"f32": 1e-3, "f16": 1e-3, "q8_0": 3e-2, "q4_k": 3e-2, "q6_k": 3e-2, "q4_1": 3e-2}
+
+
+def check_logits(ours: np.ndarray, ref: np.ndarray, rel_tol: float) -> None:
+    bound = rel_tol * float(np.abs(ref).max())
+    diff = float(np.abs(ours - ref).max())
+    assert diff <= bound, f"max |logit diff| {diff:.4g} exceeds {bound:.4g}"
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > bound
+    assert clear.any()
+    assert np.array_equal(ours.argmax(1)[clear], ref.argmax(1)[clear]), "argmax differs where the reference is clear"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tiny_models_match_reference(tiny_model, arch, dtype):
+    path = tiny_model(arch, dtype)
+    tokens = np.random.default_rng(11).integers(3, 320, size=40).tolist()
+    ref_logits, ref_hidden = ReferenceModel(path).forward(tokens)
+    target = ggspec.load(path, n_ctx=128, kv_type="f32")
+    r = target.spec_forward(tokens, all_logits=True, hidden_layers=(0, target.n_layer - 1, "final"))
+    check_logits(r.logits, ref_logits, TOLERANCE[dtype])
+    if dtype in EXACT_TYPES:
+        n = target.n_embd
+        for j, key in enumerate((0, target.n_layer - 1, "final")):
+            ours, ref = r.hidden[:, j * n:(j + 1) * n], ref_hidden[key]
+            assert np.abs(ours - ref).max() <= 1e-3 * np.abs(ref).max(), f"hidden tap {key}"
+
+
+@pytest.mark.parametrize("overrides", [
+    {"tied_output": False},
+    {"sliding_window": None},
+    {"rope_freq_base_swa": 50000.0, "sliding_window": 5},
+    {"final_logit_softcapping": 3.0},
+])
+def test_gemma3_options_match_reference(tiny_model, overrides):
+    path = tiny_model("gemma3", **overrides)
+    tokens = np.random.default_rng(12).integers(3, 320, size=30).tolist()
+    ref_logits, _ = ReferenceModel(path).forward(tokens)
+    check_logits(ggspec.load(path, n_ctx=64, kv_type="f32").spec_forward(tokens, all_logits=True).logits, ref_logits, 1e-3)
+
+
+@pytest.mark.slow
+def test_smollm2_matches_reference(smollm2_path):
+    tokens = [1, 504, 3260, 314, 260, 1345, 28, 284, 1028, 3287, 282, 253, 4937, 30, 378, 3260]
+    ref_logits, _ = ReferenceModel(smollm2_path).forward(tokens)
+    check_logits(ggspec.load(smollm2_path, n_ctx=64, kv_type="f32").spec_forward(tokens, all_logits=True).logits, ref_logits,
+                 TOLERANCE["q4_1"])
