@@ -1,0 +1,234 @@
+"""The pinned llama.cpp peer: where its build lives, and reference logits/tokens from it.
+
+Logits and tokens come from the sdist's ctypes bindings (`llama_cpp.llama_cpp`)
+loaded against the peer's libllama.so. They run in a child process (this file's
+`__main__`) so that a llama.cpp abort cannot take the caller (pytest) down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import numpy as np
+
+FLAVORS = ("usual", "wheel")
+BUILD_SCRIPT = Path(__file__).with_name("build_peer.sh")
+WORKER_TIMEOUT_S = 600
+
+
+def peer_root() -> Path:
+    return Path(os.environ.get("GGSPEC_PEER_DIR", Path.home() / ".cache/ggspec/peer"))
+
+
+def peer_dir(flavor: str = "wheel") -> Path:
+    if flavor not in FLAVORS:
+        raise ValueError(f"unknown peer flavor {flavor!r}; expected one of {FLAVORS}")
+    return peer_root() / flavor
+
+
+def lib_dir(flavor: str = "wheel") -> Path:
+    """Directory holding libllama.so and the tools (llama.cpp puts both in build/bin)."""
+    return peer_dir(flavor) / "build" / "bin"
+
+
+def bindings_dir() -> Path:
+    """The sdist's `llama_cpp` Python package, copied into the cache by build_peer.sh."""
+    return peer_root() / "python" / "llama_cpp"
+
+
+def is_built(flavor: str = "wheel") -> bool:
+    return (peer_dir(flavor) / "stamp").is_file() and (lib_dir(flavor) / "libllama.so").is_file()
+
+
+def tool(name: str, flavor: str = "wheel") -> Path:
+    path = lib_dir(flavor) / name
+    if not (is_built(flavor) and path.is_file()):
+        raise FileNotFoundError(
+            f"llama.cpp peer tool {name!r} ({flavor} flavor) not built at {path}; "
+            f"run `{BUILD_SCRIPT} {flavor}` or bench.peer.peer.ensure_built({flavor!r})"
+        )
+    return path
+
+
+def ensure_built(flavor: str = "wheel") -> Path:
+    """Build the flavor if needed (minutes on 2 cores); returns its directory."""
+    if not is_built(flavor):
+        subprocess.run(["bash", str(BUILD_SCRIPT), flavor], check=True)
+    return peer_dir(flavor)
+
+
+def peer_logits(
+    model_path: str | os.PathLike,
+    tokens: list[int],
+    n_threads: int = 2,
+    n_ctx: int = 512,
+    flavor: str = "wheel",
+    one_by_one: bool = False,
+) -> np.ndarray:
+    """Logits for every position of `tokens`: float32 [len(tokens), n_vocab].
+
+    One llama_decode over the whole input, or with one_by_one a decode per token,
+    as llama.cpp generates (its batched CPU kernels are not batch-invariant for
+    K-quants, so the two differ there).
+
+    Flash attention off, weight repacking off, fixed threads and context size, so the
+    reference does not move with llama.cpp's auto-tuning.
+    """
+    if not 0 < len(tokens) <= n_ctx:
+        raise ValueError(f"need 1..n_ctx={n_ctx} tokens, got {len(tokens)}")
+    request = {
+        "op": "logits",
+        "model": str(model_path),
+        "tokens": [int(t) for t in tokens],
+        "n_threads": n_threads,
+        "n_ctx": n_ctx,
+        "one_by_one": one_by_one,
+    }
+    return _run_worker(request, flavor, ".npy", np.load)
+
+
+def peer_tokenize(
+    model_path: str | os.PathLike,
+    text: str,
+    add_special: bool = True,
+    parse_special: bool = True,
+    flavor: str = "wheel",
+) -> list[int]:
+    """llama_tokenize(vocab, text, add_special, parse_special) of the peer."""
+    request = {
+        "op": "tokenize",
+        "model": str(model_path),
+        "text": text,
+        "add_special": add_special,
+        "parse_special": parse_special,
+    }
+    return _run_worker(request, flavor, ".json", lambda p: json.loads(Path(p).read_text()))
+
+
+def _run_worker(request: dict, flavor: str, suffix: str, load):
+    if not is_built(flavor):
+        raise FileNotFoundError(
+            f"llama.cpp peer ({flavor} flavor) not built under {peer_dir(flavor)}; "
+            f"run `{BUILD_SCRIPT} {flavor}` or bench.peer.peer.ensure_built({flavor!r})"
+        )
+    with tempfile.TemporaryDirectory(prefix="ggspec-peer-") as tmp:
+        request_path = Path(tmp) / "request.json"
+        result_path = Path(tmp) / f"result{suffix}"
+        request_path.write_text(json.dumps({**request, "flavor": flavor}))
+        proc = subprocess.run(
+            [sys.executable, __file__, str(request_path), str(result_path)],
+            capture_output=True,
+            text=True,
+            timeout=WORKER_TIMEOUT_S,
+        )
+        if proc.returncode != 0 or not result_path.is_file():
+            raise RuntimeError(
+                f"peer worker ({request['op']}) failed with rc={proc.returncode}:\n"
+                f"{proc.stderr[-4000:]}"
+            )
+        return load(result_path)
+
+
+# ---- child process side -------------------------------------------------------------
+
+
+def _import_bindings(flavor: str):
+    # llama_cpp.py resolves the library as $LLAMA_CPP_LIB_PATH/libllama.so (a directory,
+    # not a file). Its libggml*.so siblings are found through the build RUNPATH.
+    os.environ["LLAMA_CPP_LIB_PATH"] = str(lib_dir(flavor))
+    # The package __init__ also imports the high-level API (needs diskcache, jinja2);
+    # a bare package object lets us import just the ctypes layer.
+    package = types.ModuleType("llama_cpp")
+    package.__path__ = [str(bindings_dir())]
+    sys.modules["llama_cpp"] = package
+    return importlib.import_module("llama_cpp.llama_cpp")
+
+
+def _load_model(ll, path: str, vocab_only: bool):
+    params = ll.llama_model_default_params()
+    params.n_gpu_layers = 0
+    params.use_extra_bufts = False  # no weight repacking: plain ggml CPU kernels
+    params.vocab_only = vocab_only
+    model = ll.llama_model_load_from_file(path.encode(), params)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {path}")
+    return model
+
+
+def _compute_logits(ll, req: dict) -> np.ndarray:
+    model = _load_model(ll, req["model"], vocab_only=False)
+    tokens = req["tokens"]
+    n = len(tokens)
+    params = ll.llama_context_default_params()
+    params.n_ctx = req["n_ctx"]
+    params.n_batch = params.n_ubatch = 1 if req.get("one_by_one") else n  # one ubatch per decode
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = req["n_threads"]
+    params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.no_perf = True
+    ctx = ll.llama_init_from_model(model, params)
+    if not ctx:
+        raise RuntimeError("llama_init_from_model failed")
+    n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
+    spans = [(i, i + 1) for i in range(n)] if req.get("one_by_one") else [(0, n)]
+    rows = []
+    batch = ll.llama_batch_init(n, 0, 1)
+    for begin, end in spans:
+        for j, pos in enumerate(range(begin, end)):
+            batch.token[j] = tokens[pos]
+            batch.pos[j] = pos
+            batch.n_seq_id[j] = 1
+            batch.seq_id[j][0] = 0
+            batch.logits[j] = 1
+        batch.n_tokens = end - begin
+        rc = ll.llama_decode(ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        rows += [np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, j), shape=(n_vocab,)).copy()
+                 for j in range(end - begin)]
+    logits = np.stack(rows).astype(np.float32)
+    ll.llama_batch_free(batch)
+    ll.llama_free(ctx)
+    ll.llama_model_free(model)
+    return logits
+
+
+def _tokenize(ll, req: dict) -> list[int]:
+    model = _load_model(ll, req["model"], vocab_only=True)
+    vocab = ll.llama_model_get_vocab(model)
+    text = req["text"].encode("utf-8")
+    capacity = len(text) + 8
+    while True:
+        buf = (ll.llama_token * capacity)()
+        n = ll.llama_tokenize(
+            vocab, text, len(text), buf, capacity, req["add_special"], req["parse_special"]
+        )
+        if n >= 0:
+            break
+        capacity = -n  # a negative count is the size the output needs
+    ll.llama_model_free(model)
+    return list(buf[:n])
+
+
+def _worker_main(request_path: str, result_path: str) -> None:
+    req = json.loads(Path(request_path).read_text())
+    ll = _import_bindings(req["flavor"])
+    ll.llama_backend_init()
+    if req["op"] == "logits":
+        np.save(result_path, _compute_logits(ll, req))
+    elif req["op"] == "tokenize":
+        Path(result_path).write_text(json.dumps(_tokenize(ll, req)))
+    else:
+        raise ValueError(f"unknown op {req['op']!r}")
+    ll.llama_backend_free()
+
+
+if __name__ == "__main__":
+    _worker_main(*sys.argv[1:])
