@@ -3,15 +3,12 @@
 import json
 import shlex
 import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `bench` lives at the repo root
-
-import bench.harness  # noqa: E402
-from bench.harness import WALL_METRIC, extract_metric, run_pairs  # noqa: E402
-from bench.peer.commands import COMPLETION_EVAL_TPS  # noqa: E402
+import bench.harness
+from bench.harness import WALL_METRIC, extract_metric, run_pairs
+from bench.peer.commands import COMPLETION_EVAL_TPS
 
 PY = shlex.quote(sys.executable)
 TPS_REGEX = r"([\d.]+) tokens per second"

@@ -47,14 +47,17 @@ def is_built(flavor: str = "wheel") -> bool:
     return (peer_dir(flavor) / "stamp").is_file() and (lib_dir(flavor) / "libllama.so").is_file()
 
 
-def tool(name: str, flavor: str = "wheel") -> Path:
-    path = lib_dir(flavor) / name
-    if not (is_built(flavor) and path.is_file()):
+def _require_built(flavor: str, path: Path) -> Path:
+    if not (is_built(flavor) and path.exists()):
         raise FileNotFoundError(
-            f"llama.cpp peer tool {name!r} ({flavor} flavor) not built at {path}; "
+            f"llama.cpp peer ({flavor} flavor) not built: {path} missing; "
             f"run `{BUILD_SCRIPT} {flavor}` or bench.peer.peer.ensure_built({flavor!r})"
         )
     return path
+
+
+def tool(name: str, flavor: str = "wheel") -> Path:
+    return _require_built(flavor, lib_dir(flavor) / name)
 
 
 def ensure_built(flavor: str = "wheel") -> Path:
@@ -113,11 +116,8 @@ def peer_tokenize(
 
 
 def _run_worker(request: dict, flavor: str, suffix: str, load):
-    if not is_built(flavor):
-        raise FileNotFoundError(
-            f"llama.cpp peer ({flavor} flavor) not built under {peer_dir(flavor)}; "
-            f"run `{BUILD_SCRIPT} {flavor}` or bench.peer.peer.ensure_built({flavor!r})"
-        )
+    _require_built(flavor, lib_dir(flavor) / "libllama.so")
+    _require_built(flavor, bindings_dir() / "llama_cpp.py")
     with tempfile.TemporaryDirectory(prefix="ggspec-peer-") as tmp:
         request_path = Path(tmp) / "request.json"
         result_path = Path(tmp) / f"result{suffix}"

@@ -1,6 +1,7 @@
 # How ggspec finds ggml. No ggml source is committed: ggml comes from PyPI's
 # libggml-python==0.20.2.post1, either as its prebuilt CPU wheel (the default) or,
-# when a GPU backend is asked for, built from that same release's sdist.
+# when a GPU backend or GGSPEC_GGML_FROM_SOURCE is asked for, built from that
+# same release's sdist.
 #
 # Defines ggspec_link_ggml(target).
 
@@ -9,9 +10,10 @@ set(GGSPEC_LIBGGML_VERSION "0.20.2.post1")
 option(GGML_CUDA   "build ggml from the libggml-python sdist with CUDA"   OFF)
 option(GGML_VULKAN "build ggml from the libggml-python sdist with Vulkan" OFF)
 option(GGML_METAL  "build ggml from the libggml-python sdist with Metal"  OFF)
+option(GGSPEC_GGML_FROM_SOURCE "build ggml from the libggml-python sdist (e.g. for native CPU flags)" OFF)
 
-if(GGML_CUDA OR GGML_VULKAN OR GGML_METAL)
-  include(${CMAKE_CURRENT_LIST_DIR}/backend_build.cmake)
+if(GGML_CUDA OR GGML_VULKAN OR GGML_METAL OR GGSPEC_GGML_FROM_SOURCE)
+  include(${CMAKE_CURRENT_LIST_DIR}/source_build.cmake)
   return()
 endif()
 

@@ -1,8 +1,9 @@
-# A GPU backend build: ggml compiled from the pinned libggml-python sdist with
-# GGML_CUDA / GGML_VULKAN / GGML_METAL as passed in, linked into ggspec and
+# ggml compiled from the pinned libggml-python sdist, with GGML_CUDA /
+# GGML_VULKAN / GGML_METAL or CPU flags as passed in, linked into ggspec and
 # installed beside its module (ggspec/libggml*.so). Included by ggml.cmake.
 #
 #   CMAKE_ARGS="-DGGML_VULKAN=on" pip install .
+#   CMAKE_ARGS="-DGGSPEC_GGML_FROM_SOURCE=on -DGGML_NATIVE=on ..." pip install .
 #
 # GGSPEC_GGML_SDIST_DIR may name an already extracted sdist; otherwise pip
 # downloads it from PyPI into the build folder.
@@ -36,8 +37,10 @@ if(NOT EXISTS "${GGSPEC_GGML_SDIST_DIR}/ggml/CMakeLists.txt")
   message(FATAL_ERROR "ggspec: ${GGSPEC_GGML_SDIST_DIR} is not an extracted libggml-python sdist")
 endif()
 
-# The CPU side matches the wheel: no -march=native (it faults on hosts that
-# report AMX without supporting it), AVX2-class kernels, no OpenMP/llamafile.
+# Unless the caller says otherwise, the CPU side matches the wheel: no
+# -march=native (it faults on hosts that report AMX without supporting it),
+# AVX2-class kernels, no OpenMP, no llamafile (its sgemm takes batched matmuls
+# away from the per-row dot products that the exactness tests cover).
 set(GGML_NATIVE OFF CACHE BOOL "")
 set(GGML_AVX ON CACHE BOOL "")
 set(GGML_AVX2 ON CACHE BOOL "")
