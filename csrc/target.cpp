@@ -50,6 +50,8 @@ ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t
 
 }  // namespace
 
+void ThreadpoolDeleter::operator()(ggml_threadpool * p) const { ggml_threadpool_free(p); }
+
 Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt), graphs_(opt.graph_budget_bytes) {
     install_ggml_log();
     if (opt.n_ctx <= 0) throw std::invalid_argument("n_ctx must be positive, got " + std::to_string(opt.n_ctx));
@@ -72,24 +74,17 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt),
     arch_->load(*file_, hp_, w_);
     file_->bind(dev_);
 
-    backend_ = ggml_backend_dev_init(dev_, nullptr);
+    backend_.reset(ggml_backend_dev_init(dev_, nullptr));
     if (!backend_) throw std::runtime_error("cannot initialise device " + device_name());
-    if (ggml_backend_is_cpu(backend_)) {
+    if (ggml_backend_is_cpu(backend_.get())) {
         n_threads_ = opt.n_threads > 0 ? opt.n_threads : (int) std::max(1u, std::thread::hardware_concurrency());
         ggml_threadpool_params tp = ggml_threadpool_params_default(n_threads_);
-        threadpool_ = ggml_threadpool_new(&tp);
-        ggml_backend_cpu_set_n_threads(backend_, n_threads_);
-        ggml_backend_cpu_set_threadpool(backend_, threadpool_);
+        threadpool_.reset(ggml_threadpool_new(&tp));
+        ggml_backend_cpu_set_n_threads(backend_.get(), n_threads_);
+        ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_.get());
     }
     const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
-}
-
-Target::~Target() {
-    graphs_.clear();
-    kv_.reset();
-    if (backend_) ggml_backend_free(backend_);
-    if (threadpool_) ggml_threadpool_free(threadpool_);
 }
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }
@@ -161,7 +156,7 @@ std::unique_ptr<CachedGraph> Target::build_graph(const GraphKey & key) const {
             ggml_build_forward_expand(cg->graph, cg->values);
         }
     }
-    cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+    cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get()));
     if (!ggml_gallocr_alloc_graph(cg->allocator, cg->graph)) {
         throw std::runtime_error("cannot allocate a forward graph of " + std::to_string(n) + " rows on " + device_name());
     }
@@ -265,7 +260,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
             const int64_t pos0 = kv_->seq_len();
             kv_->advance(m);
             fill_inputs(g, req.tokens + done, m, pos0);
-            if (ggml_backend_graph_compute(backend_, g.graph) != GGML_STATUS_SUCCESS) {
+            if (ggml_backend_graph_compute(backend_.get(), g.graph) != GGML_STATUS_SUCCESS) {
                 throw std::runtime_error("graph compute failed on " + device_name());
             }
             read_outputs(g, key, done, out);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "graph_cache.h"
 #include "hparams.h"
 #include "kv_cache.h"
@@ -17,6 +18,10 @@
 struct ggml_threadpool;
 
 namespace ggspec {
+
+struct ThreadpoolDeleter {
+    void operator()(ggml_threadpool * p) const;
+};
 
 struct TargetOptions {
     int64_t n_ctx = 4096;
@@ -47,7 +52,6 @@ struct ForwardRequest {
 class Target {
 public:
     Target(const std::string & path, const TargetOptions & opt);
-    ~Target();
     Target(const Target &) = delete;
     Target & operator=(const Target &) = delete;
 
@@ -77,14 +81,16 @@ private:
     void fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n);
     void read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, const ForwardOutputs & out) const;
 
+    // Declared in the order they must be built; destroyed in reverse: the
+    // graphs and the cache before the backend, the weights' file last.
     TargetOptions opt_;
     std::unique_ptr<ModelFile> file_;
     const Architecture * arch_ = nullptr;
     Hparams hp_;
     ModelWeights w_;
     ggml_backend_dev_t dev_ = nullptr;
-    ggml_backend_t backend_ = nullptr;
-    ggml_threadpool * threadpool_ = nullptr;
+    std::unique_ptr<ggml_threadpool, ThreadpoolDeleter> threadpool_;
+    ggml_backend_ptr backend_;
     int n_threads_ = 1;
     std::unique_ptr<KvCache> kv_;
     GraphCache graphs_;
