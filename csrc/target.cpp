@@ -189,12 +189,12 @@ void Target::fill_inputs(CachedGraph & g, const int32_t * tokens, int64_t n, int
     if (g.swa.mask) fill_attention_inputs(g.swa, positions_.data(), n);
 }
 
-void Target::read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, const ForwardOutputs & out) const {
+void Target::read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
+                          const ForwardOutputs & out) const {
     if (g.hidden && out.hidden) {
         const int64_t width = (int64_t) key.taps.size() * hp_.n_embd;
         ggml_backend_tensor_get(g.hidden, out.hidden + row0 * width, 0, ggml_nbytes(g.hidden));
     }
-    const int64_t out_row0 = key.n_out == key.n_rows ? row0 : 0;
     if (g.logits && out.logits) {
         ggml_backend_tensor_get(g.logits, out.logits + out_row0 * hp_.n_vocab, 0, ggml_nbytes(g.logits));
     }
@@ -263,7 +263,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
             if (ggml_backend_graph_compute(backend_.get(), g.graph) != GGML_STATUS_SUCCESS) {
                 throw std::runtime_error("graph compute failed on " + device_name());
             }
-            read_outputs(g, key, done, out);
+            read_outputs(g, key, done, req.all_rows ? done : 0, out);
             done += m;
         }
     } catch (...) {

@@ -79,7 +79,9 @@ private:
     std::unique_ptr<CachedGraph> build_graph(const GraphKey & key) const;
     void fill_inputs(CachedGraph & g, const int32_t * tokens, int64_t n, int64_t pos0);
     void fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n);
-    void read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, const ForwardOutputs & out) const;
+    // Hidden rows land at row0; LM-head rows at out_row0 (0 when only the last row is asked for).
+    void read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
+                      const ForwardOutputs & out) const;
 
     // Declared in the order they must be built; destroyed in reverse: the
     // graphs and the cache before the backend, the weights' file last.

@@ -65,6 +65,22 @@ def test_prefill_chunks_match_one_row_steps(tiny_model, arch):
     assert_bits_equal(chunked.hidden, np.concatenate([first.hidden, ref_hidden]), "chunked prefill taps")
 
 
+@pytest.mark.parametrize("n", [16, 17, 33])
+def test_last_row_of_a_chunked_prefill(tiny_model, n):
+    # With 16-row chunks, the last chunk may hold a single row: its logits are
+    # still the forward's only output row.
+    target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, prefill_chunk=16)
+    tokens = np.random.default_rng(6).integers(3, target.n_vocab, size=n).tolist()
+    all_rows = target.spec_forward(tokens, all_logits=True, hidden_layers=TAPS)
+    target.reset()
+    last = target.spec_forward(tokens, hidden_layers=TAPS)
+    assert_bits_equal(last.logits, all_rows.logits[-1:], "last-row logits of a chunked prefill")
+    assert_bits_equal(last.hidden, all_rows.hidden, "hidden taps of a chunked prefill")
+    target.reset()
+    top = target.spec_forward(tokens, top_k=3)
+    assert np.array_equal(top.ids[0], np.argsort(-all_rows.logits[-1], kind="stable")[:3])
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_rewind_and_reforward_reproduce_logits(tiny_model, arch):
     target = ggspec.load(tiny_model(arch, "f16"), n_ctx=256)
