@@ -45,9 +45,10 @@ def check_every_window(target, prompt, seq, taps=()):
 @pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_k"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tiny_verify_rows_match_one_row_steps(tiny_model, arch, dtype):
-    target = ggspec.load(tiny_model(arch, dtype), n_ctx=512)
+    # With 64-row prefill chunks gemma3's sliding-window layers keep a ring of
+    # 256 slots (window 8 + 64 - 1, rounded up), and 300 prompt tokens wrap it.
+    target = ggspec.load(tiny_model(arch, dtype), n_ctx=512, prefill_chunk=64)
     rng = np.random.default_rng(1)
-    # 300 prompt tokens push gemma3's 256-slot sliding-window ring past a wrap.
     prompt = rng.integers(3, target.n_vocab, size=300).tolist()
     seq = rng.integers(3, target.n_vocab, size=MAX_ROWS).tolist()
     check_every_window(target, prompt, seq, TAPS)

@@ -56,6 +56,16 @@ def test_gemma3_options_match_reference(tiny_model, overrides):
     check_logits(ggspec.load(path, n_ctx=64, kv_type="f32").spec_forward(tokens, all_logits=True).logits, ref_logits, 1e-3)
 
 
+def test_gemma3_sliding_window_ring_matches_reference(tiny_model):
+    # n_ctx 1024 with 64-row chunks: the window layers use a 256-slot ring, which
+    # 400 tokens wrap; the reference attends over the whole sequence with a mask.
+    path = tiny_model("gemma3")
+    tokens = np.random.default_rng(13).integers(3, 320, size=400).tolist()
+    ref_logits, _ = ReferenceModel(path).forward(tokens)
+    target = ggspec.load(path, n_ctx=1024, prefill_chunk=64, kv_type="f32")
+    check_logits(target.spec_forward(tokens, all_logits=True).logits, ref_logits, 1e-3)
+
+
 @pytest.mark.slow
 def test_smollm2_matches_reference(smollm2_path):
     tokens = [1, 504, 3260, 314, 260, 1345, 28, 284, 1028, 3287, 282, 253, 4937, 30, 378, 3260]
