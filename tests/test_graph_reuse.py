@@ -3,16 +3,11 @@
 import pytest
 
 import ggspec
+from bench.decode import greedy_decode as timed_greedy_decode
 
 
 def greedy_decode(target, prompt, n):
-    target.reset()
-    tok = int(target.spec_forward(prompt, top_k=1).ids[0, 0])
-    out = [tok]
-    for _ in range(n - 1):
-        tok = int(target.spec_forward([tok], top_k=1).ids[0, 0])
-        out.append(tok)
-    return out
+    return timed_greedy_decode(target, prompt, n)[0]
 
 
 @pytest.mark.slow
