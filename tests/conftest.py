@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import subprocess
@@ -44,9 +45,12 @@ def tiny_model(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
 
     def make(arch: str, dtype: str = "f32", **overrides) -> str:
+        """Overrides must be hashable: pass metadata as a tuple of (key, value) pairs."""
         key = (arch, dtype, tuple(sorted(overrides.items())))
         if key not in made:
-            name = "-".join([arch, dtype] + [f"{k}{v}" for k, v in sorted(overrides.items())]) + ".gguf"
+            name = f"{arch}-{dtype}-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}.gguf"
+            if "metadata" in overrides:
+                overrides["metadata"] = dict(overrides["metadata"])
             made[key] = str(write_tiny_model(root / name, arch, dtype=dtype, **overrides))
         return made[key]
 

@@ -7,6 +7,7 @@ loaded against the peer's libllama.so. They run in a child process (this file's
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import json
 import os
@@ -115,6 +116,63 @@ def peer_tokenize(
     return _run_worker(request, flavor, ".json", lambda p: json.loads(Path(p).read_text()))
 
 
+def peer_greedy(
+    model_path: str | os.PathLike,
+    prompts: list[list[int]],
+    n: int,
+    n_threads: int = 2,
+    n_ctx: int = 512,
+    flavor: str = "wheel",
+    prompt_ubatch: int | None = None,
+) -> list[tuple[list[int], list[float]]]:
+    """llama.cpp's greedy continuation of each prompt, generated as its tools do
+    (the prompt in one decode, then a decode per token): per prompt, the n ids and,
+    at each step, how far its top-1 logit leads its top-2.
+
+    prompt_ubatch: llama.cpp's n_ubatch for the prompt (its -ub); None = the whole
+    prompt in one ubatch. 1 keeps llama.cpp on its one-row kernels throughout: its
+    batched K-quant kernels are not batch-invariant, so the prompt's KV differs
+    slightly between the two.
+    """
+    request = {
+        "op": "greedy",
+        "model": str(model_path),
+        "prompts": [[int(t) for t in p] for p in prompts],
+        "n": n,
+        "n_threads": n_threads,
+        "n_ctx": n_ctx,
+        "prompt_ubatch": prompt_ubatch,
+    }
+    runs = _run_worker(request, flavor, ".json", lambda p: json.loads(Path(p).read_text()))
+    return [(run["ids"], run["margins"]) for run in runs]
+
+
+def peer_tokenize_many(
+    model_path: str | os.PathLike,
+    texts: list[str],
+    add_special: bool = True,
+    parse_special: bool = True,
+    flavor: str = "wheel",
+) -> list[list[int]]:
+    """peer_tokenize for many texts in one child process (one model load)."""
+    request = {
+        "op": "tokenize_many",
+        "model": str(model_path),
+        "texts": list(texts),
+        "add_special": add_special,
+        "parse_special": parse_special,
+    }
+    return _run_worker(request, flavor, ".json", lambda p: json.loads(Path(p).read_text()))
+
+
+def peer_vocab_info(model_path: str | os.PathLike, flavor: str = "wheel") -> dict:
+    """The peer's view of the vocabulary: special ids, add_bos/add_eos, end-of-generation ids,
+    every token's attribute bits, and every token's piece (llama_token_to_piece) as hex, with
+    special=False ("pieces") and special=True ("special_pieces")."""
+    request = {"op": "vocab_info", "model": str(model_path)}
+    return _run_worker(request, flavor, ".json", lambda p: json.loads(Path(p).read_text()))
+
+
 def _run_worker(request: dict, flavor: str, suffix: str, load):
     _require_built(flavor, lib_dir(flavor) / "libllama.so")
     _require_built(flavor, bindings_dir() / "llama_cpp.py")
@@ -162,13 +220,11 @@ def _load_model(ll, path: str, vocab_only: bool):
     return model
 
 
-def _compute_logits(ll, req: dict) -> np.ndarray:
-    model = _load_model(ll, req["model"], vocab_only=False)
-    tokens = req["tokens"]
-    n = len(tokens)
+def _new_context(ll, model, req: dict, n_batch: int, n_ubatch: int | None = None):
     params = ll.llama_context_default_params()
     params.n_ctx = req["n_ctx"]
-    params.n_batch = params.n_ubatch = 1 if req.get("one_by_one") else n  # one ubatch per decode
+    params.n_batch = n_batch
+    params.n_ubatch = n_ubatch or n_batch  # default: one ubatch per decode
     params.n_seq_max = 1
     params.n_threads = params.n_threads_batch = req["n_threads"]
     params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -176,6 +232,14 @@ def _compute_logits(ll, req: dict) -> np.ndarray:
     ctx = ll.llama_init_from_model(model, params)
     if not ctx:
         raise RuntimeError("llama_init_from_model failed")
+    return ctx
+
+
+def _compute_logits(ll, req: dict) -> np.ndarray:
+    model = _load_model(ll, req["model"], vocab_only=False)
+    tokens = req["tokens"]
+    n = len(tokens)
+    ctx = _new_context(ll, model, req, 1 if req.get("one_by_one") else n)
     n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
     spans = [(i, i + 1) for i in range(n)] if req.get("one_by_one") else [(0, n)]
     rows = []
@@ -200,21 +264,89 @@ def _compute_logits(ll, req: dict) -> np.ndarray:
     return logits
 
 
+def _greedy(ll, req: dict) -> list[dict]:
+    model = _load_model(ll, req["model"], vocab_only=False)
+    n_vocab = ll.llama_vocab_n_tokens(ll.llama_model_get_vocab(model))
+    runs = []
+    for prompt in req["prompts"]:
+        ctx = _new_context(ll, model, req, len(prompt), req.get("prompt_ubatch"))
+        batch = ll.llama_batch_init(len(prompt), 0, 1)
+        ids, margins, feed, pos = [], [], prompt, 0
+        for _ in range(req["n"]):
+            for j, token in enumerate(feed):
+                batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, pos + j, 1
+                batch.seq_id[j][0] = 0
+                batch.logits[j] = int(j == len(feed) - 1)
+            batch.n_tokens = len(feed)
+            if ll.llama_decode(ctx, batch) != 0:
+                raise RuntimeError("llama_decode failed")
+            pos += len(feed)
+            logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
+            best = int(np.argmax(logits))
+            top2 = np.partition(logits, -2)[-2:]
+            ids.append(best)
+            margins.append(float(top2[1] - top2[0]))
+            feed = [best]
+        runs.append({"ids": ids, "margins": margins})
+        ll.llama_batch_free(batch)
+        ll.llama_free(ctx)
+    ll.llama_model_free(model)
+    return runs
+
+
 def _tokenize(ll, req: dict) -> list[int]:
     model = _load_model(ll, req["model"], vocab_only=True)
     vocab = ll.llama_model_get_vocab(model)
-    text = req["text"].encode("utf-8")
-    capacity = len(text) + 8
+    ids = _tokenize_one(ll, vocab, req["text"], req["add_special"], req["parse_special"])
+    ll.llama_model_free(model)
+    return ids
+
+
+def _tokenize_many(ll, req: dict) -> list[list[int]]:
+    model = _load_model(ll, req["model"], vocab_only=True)
+    vocab = ll.llama_model_get_vocab(model)
+    out = [_tokenize_one(ll, vocab, t, req["add_special"], req["parse_special"]) for t in req["texts"]]
+    ll.llama_model_free(model)
+    return out
+
+
+def _tokenize_one(ll, vocab, text: str, add_special: bool, parse_special: bool) -> list[int]:
+    data = text.encode("utf-8")
+    capacity = len(data) + 8
     while True:
         buf = (ll.llama_token * capacity)()
-        n = ll.llama_tokenize(
-            vocab, text, len(text), buf, capacity, req["add_special"], req["parse_special"]
-        )
+        n = ll.llama_tokenize(vocab, data, len(data), buf, capacity, add_special, parse_special)
         if n >= 0:
-            break
+            return list(buf[:n])
         capacity = -n  # a negative count is the size the output needs
+
+
+def _vocab_info(ll, req: dict) -> dict:
+    model = _load_model(ll, req["model"], vocab_only=True)
+    vocab = ll.llama_model_get_vocab(model)
+    n = ll.llama_vocab_n_tokens(vocab)
+    buf = ctypes.create_string_buffer(1024)
+
+    def piece(token: int, special: bool) -> str:
+        size = ll.llama_token_to_piece(vocab, token, buf, len(buf), 0, special)
+        if size < 0:  # never for real vocabularies: 1 KiB holds any token
+            raise RuntimeError(f"token {token}: piece longer than {len(buf)} bytes")
+        return buf.raw[:size].hex()
+
+    info = {
+        "n_vocab": n,
+        "bos": ll.llama_vocab_bos(vocab),
+        "eos": ll.llama_vocab_eos(vocab),
+        "eot": ll.llama_vocab_eot(vocab),
+        "add_bos": bool(ll.llama_vocab_get_add_bos(vocab)),
+        "add_eos": bool(ll.llama_vocab_get_add_eos(vocab)),
+        "eog_ids": [t for t in range(n) if ll.llama_vocab_is_eog(vocab, t)],
+        "attrs": [int(ll.llama_vocab_get_attr(vocab, t)) for t in range(n)],
+        "pieces": [piece(t, False) for t in range(n)],
+        "special_pieces": [piece(t, True) for t in range(n)],
+    }
     ll.llama_model_free(model)
-    return list(buf[:n])
+    return info
 
 
 def _worker_main(request_path: str, result_path: str) -> None:
@@ -223,8 +355,14 @@ def _worker_main(request_path: str, result_path: str) -> None:
     ll.llama_backend_init()
     if req["op"] == "logits":
         np.save(result_path, _compute_logits(ll, req))
+    elif req["op"] == "greedy":
+        Path(result_path).write_text(json.dumps(_greedy(ll, req)))
     elif req["op"] == "tokenize":
         Path(result_path).write_text(json.dumps(_tokenize(ll, req)))
+    elif req["op"] == "tokenize_many":
+        Path(result_path).write_text(json.dumps(_tokenize_many(ll, req)))
+    elif req["op"] == "vocab_info":
+        Path(result_path).write_text(json.dumps(_vocab_info(ll, req)))
     else:
         raise ValueError(f"unknown op {req['op']!r}")
     ll.llama_backend_free()

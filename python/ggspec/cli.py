@@ -1,0 +1,140 @@
+"""The `ggspec` command line: `ggspec generate -p "..."`.
+
+Bad input (a missing model, a file that is not GGUF, --chat without a template,
+a prompt longer than the context, a bad flag) prints one line and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from ggspec.sampling import SamplerConfig
+from ggspec.spec_options import add_spec_arguments, spec_options_from
+
+_DEFAULTS = SamplerConfig()
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, not argparse's usage block
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _positive(kind):
+    def parse(text):
+        value = kind(text)
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+        return value
+    return parse
+
+
+def _seed(text):
+    value = int(text, 0)
+    if not 0 <= value <= 0xFFFFFFFF:
+        raise argparse.ArgumentTypeError(f"must be in [0, 4294967295], got {text}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="ggspec", description="Speculative decoding for GGUF language models.")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    g = commands.add_parser("generate", help="generate text from a prompt",
+                            description="Generate text; it streams to stdout and a stats line goes to stderr.")
+    g.add_argument("-m", "--model", metavar="PATH",
+                   help="GGUF model (default: the embedded Gemma 3 270M)")
+    source = g.add_mutually_exclusive_group()
+    source.add_argument("-p", "--prompt", metavar="TEXT", help="the prompt")
+    source.add_argument("-f", "--file", metavar="FILE", help="read the prompt from FILE ('-' for stdin)")
+    g.add_argument("--chat", action="store_true",
+                   help="format the prompt as a user message with the model's chat template")
+    g.add_argument("--enable-thinking", choices=["on", "off"],
+                   help="pass enable_thinking to the chat template (default: the template's own)")
+    g.add_argument("-n", "--n-predict", type=_positive(int), default=128, metavar="N",
+                   help="tokens to generate at most (default 128)")
+    g.add_argument("--temp", type=float, default=_DEFAULTS.temperature,
+                   help=f"temperature; <= 0 is greedy (default {_DEFAULTS.temperature})")
+    g.add_argument("--top-k", type=int, default=_DEFAULTS.top_k,
+                   help=f"top-k; <= 0 is off (default {_DEFAULTS.top_k})")
+    g.add_argument("--top-p", type=float, default=_DEFAULTS.top_p, help=f"top-p; 1 is off (default {_DEFAULTS.top_p})")
+    g.add_argument("--min-p", type=float, default=_DEFAULTS.min_p, help=f"min-p; 0 is off (default {_DEFAULTS.min_p})")
+    g.add_argument("--seed", type=_seed, help="sampling seed (default: random, reported in the stats)")
+    g.add_argument("-t", "--threads", type=_positive(int), help="CPU threads (default: physical cores)")
+    g.add_argument("-c", "--ctx", type=_positive(int), default=4096, metavar="N",
+                   help="context size in tokens (default 4096)")
+    g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    g.add_argument("--json", action="store_true",
+                   help="print one JSON object (text, tokens, prompt_tokens, stats) instead of streaming")
+    add_spec_arguments(g)
+    return parser
+
+
+def _read_prompt(args) -> str:
+    if args.prompt is not None:
+        return args.prompt
+    if args.file is None:
+        raise ValueError("no prompt: give -p TEXT or -f FILE")
+    if args.file == "-":
+        return sys.stdin.read()
+    with open(args.file, encoding="utf-8") as f:
+        return f.read()
+
+
+def _generate(args) -> None:
+    from ggspec.generation import stream
+    from ggspec.model import Model
+
+    spec = spec_options_from(args)  # before loading: a bad flag or variable fails fast
+    prompt = _read_prompt(args)
+    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    run = stream(model, prompt, max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k,
+                 top_p=args.top_p, min_p=args.min_p, seed=args.seed, chat=args.chat,
+                 enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",
+                 ignore_eos=args.ignore_eos, spec=spec)
+    if args.json:
+        for _ in run:
+            pass
+        r = run.result
+        json.dump({"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stats": r.stats},
+                  sys.stdout, ensure_ascii=False)
+        sys.stdout.write("\n")
+        return
+    for piece in run:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+    sys.stdout.write("\n")
+    print(_stats_line(run.result.stats), file=sys.stderr)
+
+
+def _stats_line(s: dict) -> str:
+    line = (f"ggspec: prompt {s['prompt_tokens']} tokens at {s['prompt_tokens_per_second']:.1f} tok/s, "
+            f"generated {s['gen_tokens']} at {s['gen_tokens_per_second']:.1f} tok/s, "
+            f"stop: {s['stop']}, seed {s['seed']}")
+    if s["decline_reason"]:
+        line += f"\nggspec: speculation declined ({s['decline_reason']}); decoding plain"
+    elif s["spec_type"] != "none":
+        line += (f"\nggspec: spec {s['spec_type']}: {s['draft_n_accepted']}/{s['draft_n']} drafts accepted, "
+                 f"{s['mean_acceptance_length']:.2f} tokens per verify over {s['verify_steps']} verifies, "
+                 f"{s['plain_steps']} plain steps (governor parked {s['governor_parked_steps']}, "
+                 f"probes {s['governor_probes']})")
+    return line
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "generate":
+            _generate(args)
+    except (ValueError, OSError) as e:  # the library's errors on bad input: one line, no traceback
+        message = " ".join(str(e).split())
+        print(f"ggspec: error: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nggspec: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The cost governor: speculation must never make decoding slower.
+
+It sits beside the verify loop, not inside it. The loop reports every step
+(did it draft, how many tokens it emitted, how long it took); the governor
+compares the emitted-tokens-per-second of drafting steps with that of plain
+steps and parks drafting while it loses, re-probing with exponential backoff.
+It knows nothing about the algorithm, so a drafter however bad costs at most
+its probes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class SpeculationCostGovernor:
+    """should_draft() before a step; observe(...) after it.
+
+    plain_window: plain steps the baseline rate is taken over.
+    judge_window: drafting steps the running rate is taken over while drafting.
+    probe_steps: drafting steps a probe gets before it is judged; a probe step
+        slower than clear_loss x the plain rate ends it at once.
+    park_steps / max_park_steps: the first parking length and its cap; each
+        failed probe doubles it, a successful one resets it. The cap bounds how
+        long a workload that turns predictable (prose, then copying) waits to re-arm.
+    plain_refresh: a drafting run takes one plain step this often, so the
+        baseline never goes stale when the drafter proposes on every step.
+    """
+
+    def __init__(self, enabled: bool = True, *, plain_window: int = 16, judge_window: int = 8,
+                 probe_steps: int = 2, clear_loss: float = 0.5, park_steps: int = 8, max_park_steps: int = 128,
+                 plain_refresh: int = 64, min_plain_samples: int = 2):
+        self.enabled = enabled
+        self.judge_window = judge_window
+        self.probe_steps = probe_steps
+        self.clear_loss = clear_loss
+        self.first_park = park_steps
+        self.max_park = max_park_steps
+        self.plain_refresh = plain_refresh
+        self.min_plain_samples = min_plain_samples
+        self._plain: deque[tuple[int, float]] = deque(maxlen=plain_window)
+        self._spec: deque[tuple[int, float]] = deque(maxlen=judge_window)
+        self._park_len = park_steps
+        self._parked_left = 0
+        self._probing = True          # the first drafting steps are a probe
+        self._since_plain = 0
+        # reported in the stats
+        self.parked_steps = 0
+        self.probes = 0
+
+    # --- decisions -------------------------------------------------------------
+    def should_draft(self) -> bool:
+        if not self.enabled:
+            return True
+        if len(self._plain) < self.min_plain_samples or self._since_plain >= self.plain_refresh:
+            return False  # a plain step to (re)measure the baseline
+        if self._parked_left > 0:
+            self._parked_left -= 1
+            self.parked_steps += 1
+            if self._parked_left == 0:
+                self._start_probe()
+            return False
+        return True
+
+    def observe(self, drafted: bool, tokens: int, seconds: float, warmup: bool = False) -> None:
+        """One finished step. warmup: it paid a one-time cost (a graph build), so
+        its time says nothing about steady state and is not counted."""
+        if not self.enabled or warmup or seconds <= 0.0:
+            return
+        if not drafted:
+            self._plain.append((tokens, seconds))
+            self._since_plain = 0
+            return
+        self._since_plain += 1
+        self._spec.append((tokens, seconds))
+        spec_rate, plain_rate = self._rate(self._spec), self._rate(self._plain)
+        if self._probing and len(self._spec) < self.probe_steps:
+            if spec_rate < self.clear_loss * plain_rate:
+                self._park()  # no need to spend the rest of the probe on a drafter this bad
+            return
+        if spec_rate < plain_rate:
+            self._park()
+        elif self._probing:
+            self._probing = False
+            self._park_len = self.first_park  # speculation pays again: a later loss parks briefly
+
+    # --- state -----------------------------------------------------------------
+    def _park(self) -> None:
+        self._parked_left = self._park_len
+        self._park_len = min(2 * self._park_len, self.max_park)
+        self._spec.clear()
+
+    def _start_probe(self) -> None:
+        self._probing = True
+        self.probes += 1
+        self._spec.clear()
+
+    @property
+    def parked(self) -> bool:
+        return self._parked_left > 0
+
+    @staticmethod
+    def _rate(samples) -> float:
+        tokens = sum(t for t, _ in samples)
+        seconds = sum(s for _, s in samples)
+        return tokens / seconds if seconds > 0 else 0.0
+
+
+__all__ = ["SpeculationCostGovernor"]

@@ -1,0 +1,71 @@
+"""A model as a user sees it: the target adapter plus the text around it
+(tokenizer, end-of-generation ids, chat template), loaded from one GGUF."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping, Sequence
+
+from ggspec.default_model import default_model_path
+from ggspec.target import Target, load
+from ggspec.text import Tokenizer
+from ggspec.text.chat import render_chat
+
+Messages = Sequence[Mapping[str, Any]]
+
+
+class Model:
+    """Loads `path` (default: the embedded Gemma 3 270M) once for many generations.
+
+    Keyword arguments are `ggspec.load`'s: n_ctx, n_threads, device, kv_type, ...
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None, **target_options: Any):
+        if path is None:
+            path = default_model_path()
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"model file not found: {path}")
+        self.path = path
+        self.target: Target = load(path, **target_options)  # validates the file first
+        self.tokenizer = Tokenizer.from_gguf(path)
+        #: the Session whose tokens the target's KV holds (None: no one's), so a
+        #: session never reuses a prefix another generation has overwritten
+        self.kv_owner = None
+
+    @property
+    def n_ctx(self) -> int:
+        return self.target.max_context_length
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(self.tokenizer.chat_template)
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        """A raw prompt as llama.cpp's tools read one: BOS/EOS per the file, special-token text parsed."""
+        return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
+
+    def chat_text(self, messages: str | Messages, *, enable_thinking: bool | None = None) -> str:
+        """A conversation (or one user message) formatted with the model's chat template."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        tok = self.tokenizer
+        bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
+        eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
+        text = render_chat(tok.chat_template, messages, bos_token=bos, eos_token=eos,
+                           add_generation_prompt=True, enable_thinking=enable_thinking)
+        # Templates that write the BOS themselves would get a second one from
+        # add_special; keep exactly one, as llama.cpp does.
+        if tok.add_bos and bos and text.startswith(bos):
+            text = text[len(bos):]
+        return text
+
+    def encode_chat(self, messages: str | Messages, *, enable_thinking: bool | None = None) -> list[int]:
+        return self.tokenizer.encode(self.chat_text(messages, enable_thinking=enable_thinking),
+                                     add_special=True, parse_special=True)
+
+    def __repr__(self) -> str:
+        return f"Model({self.path!r}, arch={self.target.arch}, n_ctx={self.n_ctx})"
+
+
+__all__ = ["Model", "Messages"]

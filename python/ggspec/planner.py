@@ -1,0 +1,58 @@
+"""From the operator's options to a runnable plan: which speculator (or why none),
+which governor, which acceptance mode. Declines are reasons, not errors: the run
+goes on plain and the stats say why."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ggspec.governor import SpeculationCostGovernor
+from ggspec.registry import SpeculatorOptions, registry
+from ggspec.spec_options import SpecOptions
+from ggspec.speculators.base import Speculator
+from ggspec.stats import SpecStats
+
+#: general.architecture values of drafter GGUFs that ggspec can attach.
+SUPPORTED_DRAFTERS: tuple[str, ...] = ()
+
+
+@dataclass
+class SpeculationPlan:
+    speculator: Speculator | None
+    governor: SpeculationCostGovernor
+    options: SpecOptions
+    decline_reason: str | None = None
+
+    def new_stats(self) -> SpecStats:
+        """Counters for one generation under this plan."""
+        return SpecStats(spec_type=self.speculator.name if self.speculator else "none",
+                         decline_reason=self.decline_reason)
+
+
+def check_draft_model(path: str) -> str:
+    """The drafter file's general.architecture; a clear error when it cannot be attached."""
+    from ggspec.text.gguf_meta import read_metadata
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"draft model not found: {path}")
+    arch = read_metadata(path).get("general.architecture")
+    if arch not in SUPPORTED_DRAFTERS:
+        supported = ", ".join(SUPPORTED_DRAFTERS) or "none yet"
+        raise ValueError(f"draft model {path}: general.architecture {arch!r} is not a drafter ggspec can attach "
+                         f"(supported: {supported})")
+    return arch
+
+
+def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
+    governor = SpeculationCostGovernor(enabled=options.governor)
+    if options.draft_model:
+        check_draft_model(options.draft_model)
+    if not options.enabled:
+        return SpeculationPlan(None, governor, options)
+    speculator, reason = registry.create(options.spec_type, target,
+                                         SpeculatorOptions(max_draft_tokens=options.draft, min_draft_prob=options.pmin))
+    return SpeculationPlan(speculator, governor, options, reason)
+
+
+__all__ = ["SpeculationPlan", "plan_speculation", "check_draft_model", "SUPPORTED_DRAFTERS"]

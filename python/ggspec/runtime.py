@@ -1,0 +1,131 @@
+"""SpeculativeExecution: draft → verify → accept → rollback → commit.
+
+One implementation for every algorithm and every model. A step starts from the
+sequence's pending token (sampled, not yet forwarded); it emits at least one
+token, and every emitted token is drawn from a target row.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterator, Sequence
+
+from ggspec.acceptance import accept_match, accept_rejection
+from ggspec.governor import SpeculationCostGovernor
+from ggspec.sampling import Sampler
+from ggspec.speculators.base import DraftContext, Speculator
+from ggspec.stats import SpecStats
+
+
+class SpeculativeExecution:
+    """Drives one sequence on one target. speculator None = plain decoding.
+
+    draft_cap: the operator's --spec-draft (None: the speculator's own window).
+    accept: "match" (seed-identical to plain decoding) or "rejection".
+    """
+
+    def __init__(self, target, sampler: Sampler, speculator: Speculator | None = None, *,
+                 governor: SpeculationCostGovernor | None = None, stats: SpecStats | None = None,
+                 draft_cap: int | None = None, accept: str = "match",
+                 clock: Callable[[], float] = time.perf_counter):
+        self.target = target
+        self.sampler = sampler
+        self.speculator = speculator
+        self.governor = governor or SpeculationCostGovernor(enabled=False)
+        self.stats = stats or SpecStats(clock=clock)
+        self.draft_cap = draft_cap
+        self.accept = accept
+        self.clock = clock
+        self._top_k = sampler.forward_top_k
+        self._taps = tuple(getattr(speculator, "hidden_layers", ())) if speculator and speculator.needs_hidden_state else ()
+        self._hidden = None  # the hidden row the last commit ended on
+
+    def generate(self, prompt: Sequence[int], max_tokens: int, reused: int = 0) -> Iterator[list[int]]:
+        """Yields each step's emitted tokens, the first from the prompt's own forward,
+        until max_tokens are out or the context is full. reused: leading prompt
+        positions the target's KV already holds."""
+        history = list(prompt)
+        history.append(self.prefill(prompt[reused:], position=reused))
+        yield history[-1:]
+        produced = 1
+        # the pending token (the last one) needs a KV slot before it can be forwarded
+        while produced < max_tokens and len(history) <= self.target.max_context_length:
+            emitted = self.step(history, max_tokens - produced)
+            history.extend(emitted)
+            produced += len(emitted)
+            yield emitted
+
+    def prefill(self, tokens: Sequence[int], position: int = 0) -> int:
+        """Forwards the prompt (positions position..); returns the first sampled token."""
+        out = self.target.spec_forward(tokens, top_k=self._top_k, hidden_layers=self._taps)
+        if self.speculator is not None and not self.speculator.handles_own_prefill:
+            self.speculator.commit(tokens, out.hidden, position)
+        self._hidden = None if out.hidden is None else out.hidden[-1:]
+        return self.sampler.sample(out.logits[-1], None if out.ids is None else out.ids[-1],
+                                   position + len(tokens))
+
+    def step(self, history: Sequence[int], budget: int) -> list[int]:
+        """history ends with the pending token; emits between 1 and `budget` tokens."""
+        target, stats = self.target, self.stats
+        position = len(history) - 1
+        t0 = self.clock()
+        builds = target.graph_builds
+        drafts = self._draft(history, position, budget)
+        rows = [history[-1], *drafts]
+
+        if drafts:
+            with stats.phase("snapshot"):
+                target.snapshot_recurrent()
+        with stats.phase("verify"):
+            out = target.spec_forward(rows, all_logits=bool(drafts), top_k=self._top_k, hidden_layers=self._taps)
+            emitted = self._accept(out, drafts, position + 1)
+        kept = len(emitted)  # the pending token and the accepted drafts are in the KV
+        hidden = out.hidden
+        if kept < len(rows):
+            with stats.phase("rollback"):
+                hidden = self._roll_back(rows, kept, position, hidden)
+        if self.speculator is not None:
+            with stats.phase("commit"):
+                self.speculator.commit(rows[:kept], None if hidden is None else hidden[:kept], position)
+        self._hidden = None if hidden is None else hidden[kept - 1:kept]
+
+        if drafts:
+            stats.record_verify(len(drafts), kept - 1)
+        else:
+            stats.plain_steps += 1
+        self.governor.observe(bool(drafts), len(emitted), self.clock() - t0, warmup=target.graph_builds != builds)
+        stats.governor_parked_steps = self.governor.parked_steps
+        stats.governor_probes = self.governor.probes
+        return emitted
+
+    def _draft(self, history: Sequence[int], position: int, budget: int) -> list[int]:
+        spec = self.speculator
+        room = min(budget, self.target.max_context_length - position) - 1
+        if self.draft_cap is not None:
+            room = min(room, self.draft_cap)
+        if spec is None or room < 1 or not self.governor.should_draft():
+            return []
+        drafts: list[int] = []
+        with self.stats.phase("draft"):
+            n = spec.propose(DraftContext(history, position, min(room, spec.max_draft_tokens), self._hidden), drafts)
+        return drafts[:max(0, min(n, room))]
+
+    def _accept(self, out, drafts: list[int], first_position: int) -> list[int]:
+        if self.accept == "rejection" and drafts:
+            return accept_rejection(self.sampler, out.logits, out.ids, drafts, first_position,
+                                    self.speculator.draft_probabilities)
+        return accept_match(self.sampler, out.logits, out.ids, drafts, first_position)
+
+    def _roll_back(self, rows: list[int], kept: int, position: int, hidden):
+        target = self.target
+        target.rewind(position + kept)
+        if target.verify_persists_accepted_kv:
+            return hidden
+        # The verify's state ran past the kept rows: restore the pre-verify state
+        # and re-advance over the kept prefix.
+        target.restore_recurrent()
+        target.rewind(position)
+        return target.spec_forward(rows[:kept], all_logits=True, top_k=1, hidden_layers=self._taps).hidden
+
+
+__all__ = ["SpeculativeExecution"]

@@ -1,0 +1,1 @@
+"""Speculation algorithms: what proposes the draft tokens the target verifies."""

@@ -1,0 +1,82 @@
+"""What every speculation algorithm implements, and what it is told each step.
+
+Correctness is never a speculator's job: whatever it proposes, the runtime emits
+only tokens drawn from target rows. A speculator is free to be wrong; it must
+not be slow.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+
+class DraftHeadKind(enum.Enum):
+    NONE = "none"
+    PER_TOKEN = "per-token"   # one token per pass, chaining its own hidden output (MTP/NextN, EAGLE)
+    BLOCK = "block"           # a whole block per pass (DFlash, DFlash2)
+
+
+@dataclass
+class DraftContext:
+    """Everything a speculator may look at when it proposes. One dataclass, so a
+    new signal is a new field and not a new overload of `propose`.
+
+    history: the whole sequence so far; its last token is the one the next verify
+        starts from (sampled, not yet forwarded through the target). It is the
+        runtime's live list, not a copy (a copy per step would cost O(context)):
+        read it during propose, do not keep it.
+    position: that last token's position (len(history) - 1).
+    max_draft: the most tokens this step may propose (window, context room and the
+        generation's remaining budget already applied).
+    hidden: the target's hidden row(s) that the last commit ended on, for
+        speculators with needs_hidden_state; else None.
+    """
+
+    history: Sequence[int]
+    position: int
+    max_draft: int
+    hidden: np.ndarray | None = None
+
+
+class Speculator(ABC):
+    """One speculation algorithm bound to one sequence."""
+
+    name: str = ""
+    #: The confidence gate's default when --spec-pmin is not given. Its meaning is
+    #: the algorithm's own (n-gram: scales the required match length).
+    default_min_draft_prob: float = 0.0
+    needs_hidden_state: bool = False
+    handles_own_prefill: bool = False
+    #: Whether drafting may start on a sequence whose KV prefix it never saw
+    #: (the next turn of a chat). Per-position heads chain state token by token
+    #: and cannot; history-mining and ring-buffer drafters can.
+    can_arm_after_prefix_reuse: bool = False
+
+    def __init__(self, max_draft_tokens: int, min_draft_prob: float | None = None):
+        if not 1 <= max_draft_tokens <= 64:
+            raise ValueError(f"max_draft_tokens must be in [1, 64], got {max_draft_tokens}")
+        self.max_draft_tokens = max_draft_tokens
+        self.min_draft_prob = self.default_min_draft_prob if min_draft_prob is None else min_draft_prob
+
+    @abstractmethod
+    def propose(self, ctx: DraftContext, out: list[int]) -> int:
+        """Appends up to ctx.max_draft guesses for the tokens after ctx.history to
+        `out`; returns how many (0 = take a plain step)."""
+
+    def draft_probabilities(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """(ids, probs) of the distribution draft `index` of the last proposal was
+        drawn from, for the rejection acceptance mode; None = deterministic (a
+        one-hot at the proposed token)."""
+        return None
+
+    def commit(self, tokens: Sequence[int], hidden_rows: np.ndarray | None, start_pos: int) -> None:
+        """What landed in the target: `tokens` at positions start_pos.., with their
+        exact hidden rows when needs_hidden_state."""
+
+    def reset(self) -> None:
+        """The sequence was replaced: forget everything about it."""

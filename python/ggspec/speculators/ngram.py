@@ -1,0 +1,120 @@
+"""Prompt-lookup drafting: propose what followed the last time the sequence's
+current suffix occurred earlier in the sequence itself.
+
+It pays off where text repeats its own context (code edits, quotes, summaries,
+structured output) and costs a few dict lookups per step where it does not.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ggspec.speculators.base import DraftContext, Speculator
+
+_WINDOW_START = 4
+
+
+class NGramSpeculator(Speculator):
+    """Drafts the tokens that followed the most recent earlier occurrence of the
+    longest suffix n-gram of the history, trying orders max_order down to the
+    required order; no match, no draft.
+
+    min_draft_prob (--spec-pmin, default 0) is not a probability here: it scales
+    the required match length,
+        required order = min_order + round(min_draft_prob * (max_order - min_order)),
+    clamped to [min_order, max_order]. 0 accepts a match of min_order tokens;
+    1 only matches of max_order tokens.
+
+    window: a fixed draft length (the operator capped it). None adapts it to what
+    the target accepts: starting at 4, doubling (up to max_draft_tokens) after a
+    fully accepted draft that filled the window, and dropping to accepted + 1
+    after a partly rejected one.
+    """
+
+    name = "ngram"
+    default_min_draft_prob = 0.0
+    can_arm_after_prefix_reuse = True
+    needs_hidden_state = False
+
+    def __init__(self, max_draft_tokens: int = 64, min_draft_prob: float | None = None,
+                 min_order: int = 1, max_order: int = 4, window: int | None = None):
+        super().__init__(max_draft_tokens, min_draft_prob)
+        if not 1 <= min_order <= max_order:
+            raise ValueError(f"need 1 <= min_order <= max_order, got {min_order}, {max_order}")
+        if window is not None and window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.min_order = min_order
+        self.max_order = max_order
+        self.window = window
+        scaled = min_order + round(self.min_draft_prob * (max_order - min_order))
+        self.required_order = min(max(scaled, min_order), max_order)
+        self.reset()
+
+    def reset(self) -> None:
+        self._forget_index()
+        self._window = self.window or min(_WINDOW_START, self.max_draft_tokens)
+        self._proposed: list[int] = []
+        self._proposed_at = -1
+        # Metrics for tests and stats, about the last propose only; nothing reads them back.
+        self.index_probes = 0
+        self.index_insertions = 0
+
+    def _forget_index(self) -> None:
+        # order -> {n-gram: position of its last token}, most recent occurrence wins
+        self._index: dict[int, dict[tuple[int, ...], int]] = {
+            n: {} for n in range(self.min_order, self.max_order + 1)}
+        self._indexed = 0  # n-grams ending before this position are in the index
+
+    def propose(self, ctx: DraftContext, out: list[int]) -> int:
+        history = ctx.history
+        self.index_probes = self.index_insertions = 0
+        self._proposed = []
+        self._proposed_at = ctx.position
+        if len(history) - 1 < self._indexed:  # not the sequence we indexed: a new one
+            self._forget_index()
+        self._index_new_tokens(history)
+
+        end = len(history)
+        limit = min(self._window, ctx.max_draft, self.max_draft_tokens)
+        suffix = _ints(history[max(0, end - self.max_order):end])
+        for n in range(min(self.max_order, end), self.required_order - 1, -1):
+            self.index_probes += 1
+            match_end = self._index[n].get(suffix[-n:])
+            if match_end is not None:
+                self._proposed = list(_ints(history[match_end + 1:min(match_end + 1 + limit, end)]))
+                break
+        out.extend(self._proposed)
+        return len(self._proposed)
+
+    def _index_new_tokens(self, history: Sequence[int]) -> None:
+        # Only n-grams that have a continuation: the current suffix must never match itself.
+        stop = len(history) - 1
+        for pos in range(self._indexed, stop):
+            gram = _ints(history[max(0, pos + 1 - self.max_order):pos + 1])
+            for n in range(self.min_order, min(self.max_order, pos + 1) + 1):
+                self._index[n][gram[-n:]] = pos
+                self.index_insertions += 1
+        self._indexed = max(self._indexed, stop)
+
+    def commit(self, tokens: Sequence[int], hidden_rows: np.ndarray | None, start_pos: int) -> None:
+        # tokens = [the token the verify started from, accepted drafts...]; any other
+        # commit (prefill, a plain step) says nothing about the last proposal.
+        if self.window is not None or not self._proposed or start_pos != self._proposed_at:
+            return
+        accepted = 0
+        for proposed, kept in zip(self._proposed, tokens[1:]):
+            if int(kept) != proposed:
+                break
+            accepted += 1
+        if accepted < len(self._proposed):
+            self._window = accepted + 1
+        elif accepted == self._window:  # a shorter draft never tested the window's edge
+            self._window = min(2 * self._window, self.max_draft_tokens)
+        self._proposed = []
+
+
+def _ints(tokens: Sequence[int]) -> tuple[int, ...]:
+    # numpy ids hash like ints, but drafts and keys should not depend on the history's type
+    return tuple(map(int, tokens))

@@ -1,0 +1,98 @@
+"""Sessions keep the KV across turns; a turn's output equals a fresh run of the whole conversation."""
+
+import pytest
+
+import ggspec
+from ggspec.speculators.base import Speculator
+
+CHATML = ("{% for m in messages %}{{ '<' + m['role'] + '> ' + m['content'] + '\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<assistant> ' }}{% endif %}")
+GREEDY = dict(temperature=0)
+
+
+@pytest.fixture(scope="module")
+def chat_path(tiny_model):
+    return tiny_model("llama", "q8_0", metadata=(("tokenizer.chat_template", CHATML),))
+
+
+@pytest.fixture(scope="module")
+def chat_model(chat_path):
+    return ggspec.Model(chat_path, n_ctx=512, n_threads=2)
+
+
+@pytest.fixture(scope="module")
+def reference_model(chat_path):
+    """A second copy for fresh runs, so they never touch the session's KV."""
+    return ggspec.Model(chat_path, n_ctx=512, n_threads=2)
+
+
+@pytest.mark.parametrize("spec", [False, "ngram"])
+def test_each_turn_equals_a_fresh_run_of_the_whole_conversation(chat_model, reference_model, spec):
+    session = ggspec.Session(chat_model, spec=spec, **GREEDY)
+    turns = ["a b c d", "e f a b", "c d e f g"]
+    for i, prompt in enumerate(turns):
+        r = session.generate(prompt, max_tokens=24, ignore_eos=True)
+        if i:
+            assert r.stats["reused_prompt_tokens"] > 0  # the earlier turns' KV was kept
+        fresh = ggspec.generate(reference_model, session.messages[:-1], chat=True, max_tokens=24,
+                                ignore_eos=True, spec=False, **GREEDY)
+        assert r.tokens == fresh.tokens and r.text == fresh.text
+        assert session.messages[-1] == {"role": "assistant", "content": r.text}
+
+
+def test_reuse_survives_only_while_the_session_owns_the_kv(chat_model):
+    session = ggspec.Session(chat_model, **GREEDY)
+    session.generate("a b", max_tokens=8, ignore_eos=True)
+    second = session.generate("c d", max_tokens=8, ignore_eos=True)
+    assert second.stats["reused_prompt_tokens"] > 0
+    other = ggspec.Session(chat_model, **GREEDY)
+    other.generate("x y", max_tokens=8, ignore_eos=True)  # takes the KV over
+    third = session.generate("e f", max_tokens=8, ignore_eos=True)
+    assert third.stats["reused_prompt_tokens"] == 0
+    ggspec.generate(chat_model, "x y", max_tokens=4)  # so does a one-shot generation
+    assert other.generate("z", max_tokens=4).stats["reused_prompt_tokens"] == 0
+
+
+def test_raw_sessions_append_to_one_text(chat_model, reference_model):
+    session = ggspec.Session(chat_model, chat=False, **GREEDY)
+    first = session.generate("a b c", max_tokens=6, ignore_eos=True)
+    second = session.generate(" d e", max_tokens=6, ignore_eos=True)
+    assert session.text == "a b c" + first.text + " d e" + second.text
+    fresh = ggspec.generate(reference_model, "a b c" + first.text + " d e", max_tokens=6, ignore_eos=True,
+                            **GREEDY)
+    assert second.stats["reused_prompt_tokens"] > 0 and second.tokens == fresh.tokens
+
+
+def test_a_sliding_window_cache_that_cannot_rewind_starts_over(tiny_model):
+    # window 8: the ring cannot rewind far behind its newest position, so reuse falls back to a full prefill
+    path = tiny_model("gemma3", "f32", metadata=(("tokenizer.chat_template", CHATML),))
+    options = dict(n_ctx=1024, n_threads=2, max_verify_rows=2, prefill_chunk=8)
+    model, reference = ggspec.Model(path, **options), ggspec.Model(path, **options)
+    session = ggspec.Session(model, **GREEDY)
+    session.generate("a b c d e f", max_tokens=300, ignore_eos=True)
+    r = session.generate("g h", max_tokens=8, ignore_eos=True)
+    assert r.stats["reused_prompt_tokens"] == 0
+    fresh = ggspec.generate(reference, session.messages[:-1], chat=True, max_tokens=8, ignore_eos=True, **GREEDY)
+    assert r.tokens == fresh.tokens
+
+
+class _ChainedHead(Speculator):
+    """Stands for a per-position draft head: it cannot draft over a prefix it never saw."""
+
+    name = "chained-head"
+
+    def __init__(self):
+        super().__init__(max_draft_tokens=4)
+
+    def propose(self, ctx, out):
+        return 0
+
+
+def test_speculators_that_cannot_arm_after_reuse_say_why(chat_model):
+    session = ggspec.Session(chat_model, **GREEDY)
+    session._plan.speculator = _ChainedHead()
+    first = session.generate("a b", max_tokens=4)
+    assert first.stats["spec_type"] == "chained-head" and first.stats["decline_reason"] is None
+    second = session.generate("c d", max_tokens=4)
+    assert second.stats["spec_type"] == "none"
+    assert "cannot arm after a reused prefix" in second.stats["decline_reason"]
