@@ -198,6 +198,39 @@ def run_pairs(
     return result
 
 
+def run_rounds(
+    commands: dict[str, tuple[Command, str | None]],
+    rounds: int = 3,
+    baseline: str | None = None,
+    warmup: bool = True,
+    timeout: float | None = None,
+    progress=None,
+) -> dict:
+    """The A B A B idea for more than two sides: every round runs each command once,
+    in the same order. Per command: median, min, max; per command but the baseline:
+    the per-round ratios to the baseline and their median."""
+    runs: dict[str, list[dict]] = {name: [] for name in commands}
+    for r in range(-1 if warmup else 0, rounds):
+        for name, (cmd, metric) in commands.items():
+            record = run_once(cmd, metric, timeout)
+            if progress:
+                label = "warm-up" if r < 0 else f"round {r + 1}/{rounds}"
+                progress(f"{label} {name}: {record['value']:.3f} ({record['wall_s']:.1f} s wall, "
+                         f"other load {_fmt_cores(record['other_cores'])} cores)")
+            if r >= 0:
+                runs[name].append(record)
+    result = {}
+    for name, records in runs.items():
+        values = [rec["value"] for rec in records]
+        result[name] = {**summarize(values), "values": values, "cmd": commands[name][0],
+                        "other_cores_max": max((rec["other_cores"] or 0.0 for rec in records), default=None),
+                        "last_stdout_tail": records[-1]["stdout_tail"] if records else ""}
+        if baseline and name != baseline:
+            ratios = [a["value"] / b["value"] for a, b in zip(records, runs[baseline])]
+            result[name].update(ratios=ratios, ratio_median=statistics.median(ratios))
+    return result
+
+
 def _fmt_cores(cores: float | None) -> str:
     return "n/a" if cores is None else f"{cores:.2f}"
 

@@ -29,21 +29,22 @@ def _doc(intro: str) -> str:
     return f"{intro}\n\n{DOCUMENT}\n\n"
 
 
+_FIRST = DOCUMENT[:120]  # a base model copies once the copy has begun
+
+
 PROMPTS = [
     Prompt("doc-repeat", DOCUMENT_GROUNDED,
-           raw=_doc("Here is a text about a town.") + "Here is the same text again, copied word for word:\n\n",
+           raw=f"Kellwick: a history\n\n{DOCUMENT}\n\nKellwick: a history (second printing)\n\n{_FIRST}",
            chat=_doc("Repeat the following text exactly, word for word, with no comments.")),
     Prompt("doc-edit", DOCUMENT_GROUNDED,
-           raw=_doc("Original text:") + "The same text with the town's name changed from Kellwick to Branmouth:\n\n",
+           raw=_doc("Original text:") + "The same text, with Kellwick renamed Branmouth:\n\n"
+               + _FIRST.replace("Kellwick", "Branmouth"),
            chat=_doc("Rewrite the following text exactly, but change the town's name from Kellwick to Branmouth.")),
     Prompt("doc-quote", DOCUMENT_GROUNDED,
            raw=_doc("Read the text.") + "Question: What saved Kellwick, and how? Answer by quoting the text's "
-               "third paragraph in full.\nAnswer: \"",
+               "third paragraph in full.\nAnswer: \"What saved Kellwick was a lighthouse.",
            chat=_doc("Read the text below.") + "What saved Kellwick, and how? Answer by quoting the third "
                 "paragraph of the text in full."),
-    Prompt("doc-continue", DOCUMENT_GROUNDED,
-           raw="Kellwick: a history\n\n" + DOCUMENT + "\n\n---\n\nKellwick: a history (second printing)\n\n",
-           chat=_doc("Here is a text. Print it twice, separated by a line with three dashes.")),
     Prompt("prose-story", CANNOT_PAY,
            raw="Once upon a time, in a village between two rivers, there lived a clockmaker who",
            chat="Write a short story about a clockmaker who builds a clock that runs backwards."),
@@ -55,9 +56,8 @@ PROMPTS = [
            chat=_doc("Retell the following text in your own words for a seven-year-old. "
                      "Do not reuse its sentences.")),
     Prompt("prose-then-copy", TURNS_TO_COPY,
-           raw="A note before the text: I wrote this during a rainy week in March, and I was thinking about "
-               "towns that survive by changing what they are. My grandmother grew up near the coast and used to "
-               "say that",
+           raw=f"Kellwick: a history\n\n{DOCUMENT}\n\nKellwick: a history (second edition)\n\n"
+               "Preface to the second edition.",
            chat=_doc("First write three sentences of your own about why small towns change. Then repeat the "
                      "following text exactly, word for word.")),
 ]

@@ -83,3 +83,26 @@ def test_the_baseline_is_refreshed_when_the_drafter_never_declines():
     assert decisions[:2] == [False, False]  # the first baseline
     plain_after_start = [i for i, d in enumerate(decisions) if not d and i >= 2]
     assert plain_after_start and all(b - a == 11 for a, b in zip(plain_after_start, plain_after_start[1:]))
+
+
+def test_shadow_hits_end_the_parking_early():
+    g = SpeculationCostGovernor()
+    run(g, 40, lambda i: (1, 3 * PLAIN_S))  # park a losing drafter
+    assert g.parked
+    probes = g.probes
+    for hit in (True, True, True, False, True, True, True):  # a miss restarts the count
+        g.observe_shadow(hit)
+    assert g.parked
+    g.observe_shadow(True)
+    assert not g.parked and g.probes == probes + 1 and g.should_draft()
+
+
+def test_probes_verify_a_short_window_until_drafting_has_paid():
+    g = SpeculationCostGovernor(probe_window=2)
+    g.observe(False, 1, PLAIN_S)
+    g.observe(False, 1, PLAIN_S)
+    assert g.should_draft() and g.draft_limit == 2  # the first drafting steps are a probe
+    g.observe(True, 3, 1.2 * PLAIN_S)
+    g.observe(True, 3, 1.2 * PLAIN_S)
+    assert g.draft_limit is None  # it paid: the speculator's own window from now on
+    assert SpeculationCostGovernor(enabled=False).draft_limit is None

@@ -187,3 +187,17 @@ def test_reset_then_another_sequence():
     assert propose(spec, other) == [7, 6, 9]
     # a shorter history without reset is a new sequence too: the index is rebuilt
     assert propose(spec, [1, 2, 1]) == [2, 1]
+
+
+def test_shadow_proposals_teach_the_window_nothing():
+    spec = NGramSpeculator(max_draft_tokens=64)
+    history = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
+    out = []
+    assert spec.propose(DraftContext(history, len(history) - 1, 64), out) > 0
+    spec.commit([history[-1], *out], None, len(history) - 1)  # all accepted: the window doubles
+    window = spec._window
+    history += out
+    shadow = []
+    spec.propose(DraftContext(history, len(history) - 1, 1, shadow=True), shadow)
+    spec.commit([history[-1]], None, len(history) - 1)  # a plain step: not a rejection of the shadow
+    assert spec._window == window

@@ -20,6 +20,9 @@ class SpeculationCostGovernor:
     judge_window: drafting steps the running rate is taken over while drafting.
     probe_steps: drafting steps a probe gets before it is judged; a probe step
         slower than clear_loss x the plain rate ends it at once.
+    probe_window: the most drafts a probe step may verify. A probe asks "does
+        drafting pay at all?", and a short verify answers it for a fraction of
+        the cost of a long one when the answer is no.
     park_steps / max_park_steps: the first parking length and its cap; each
         failed probe doubles it, a successful one resets it. The cap bounds how
         long a workload that turns predictable (prose, then copying) waits to re-arm.
@@ -28,16 +31,20 @@ class SpeculationCostGovernor:
     """
 
     def __init__(self, enabled: bool = True, *, plain_window: int = 16, judge_window: int = 8,
-                 probe_steps: int = 2, clear_loss: float = 0.5, park_steps: int = 8, max_park_steps: int = 128,
-                 plain_refresh: int = 64, min_plain_samples: int = 2):
+                 probe_steps: int = 2, probe_window: int = 2, clear_loss: float = 0.7, park_steps: int = 8,
+                 max_park_steps: int = 128,
+                 plain_refresh: int = 64, min_plain_samples: int = 2, shadow_hits_to_rearm: int = 4):
         self.enabled = enabled
         self.judge_window = judge_window
         self.probe_steps = probe_steps
+        self.probe_window = probe_window
         self.clear_loss = clear_loss
         self.first_park = park_steps
         self.max_park = max_park_steps
         self.plain_refresh = plain_refresh
         self.min_plain_samples = min_plain_samples
+        self.shadow_hits_to_rearm = shadow_hits_to_rearm
+        self._shadow_hits = 0
         self._plain: deque[tuple[int, float]] = deque(maxlen=plain_window)
         self._spec: deque[tuple[int, float]] = deque(maxlen=judge_window)
         self._park_len = park_steps
@@ -84,6 +91,17 @@ class SpeculationCostGovernor:
             self._probing = False
             self._park_len = self.first_park  # speculation pays again: a later loss parks briefly
 
+    def observe_shadow(self, hit: bool) -> None:
+        """While parked, a speculator whose proposals cost next to nothing may still
+        propose without a verify; `hit` says whether its first draft was the token
+        plain decoding then emitted. A run of hits ends the parking early, so a
+        workload that turns predictable (prose, then copying) re-arms within a few
+        steps instead of waiting out the backoff."""
+        self._shadow_hits = self._shadow_hits + 1 if hit else 0
+        if self._shadow_hits >= self.shadow_hits_to_rearm and self._parked_left > 0:
+            self._parked_left = 0
+            self._start_probe()
+
     # --- state -----------------------------------------------------------------
     def _park(self) -> None:
         self._parked_left = self._park_len
@@ -91,9 +109,15 @@ class SpeculationCostGovernor:
         self._spec.clear()
 
     def _start_probe(self) -> None:
+        self._shadow_hits = 0
         self._probing = True
         self.probes += 1
         self._spec.clear()
+
+    @property
+    def draft_limit(self) -> int | None:
+        """A cap on the next step's drafts (None: the speculator's own window)."""
+        return self.probe_window if self.enabled and self._probing else None
 
     @property
     def parked(self) -> bool:

@@ -70,7 +70,7 @@ class SpeculativeExecution:
         position = len(history) - 1
         t0 = self.clock()
         builds = target.graph_builds
-        drafts = self._draft(history, position, budget)
+        drafts, shadow = self._draft(history, position, budget)
         rows = [history[-1], *drafts]
 
         if drafts:
@@ -93,22 +93,33 @@ class SpeculativeExecution:
             stats.record_verify(len(drafts), kept - 1)
         else:
             stats.plain_steps += 1
+        if shadow is not None:
+            self.governor.observe_shadow(shadow[:1] == emitted[:1])
         self.governor.observe(bool(drafts), len(emitted), self.clock() - t0, warmup=target.graph_builds != builds)
         stats.governor_parked_steps = self.governor.parked_steps
         stats.governor_probes = self.governor.probes
         return emitted
 
-    def _draft(self, history: Sequence[int], position: int, budget: int) -> list[int]:
+    def _draft(self, history: Sequence[int], position: int, budget: int) -> tuple[list[int], list[int] | None]:
+        """(drafts to verify, unverified shadow drafts or None)."""
         spec = self.speculator
         room = min(budget, self.target.max_context_length - position) - 1
         if self.draft_cap is not None:
             room = min(room, self.draft_cap)
-        if spec is None or room < 1 or not self.governor.should_draft():
-            return []
+        if spec is None or room < 1:
+            return [], None
+        drafting = self.governor.should_draft()
+        if not drafting and not (self.governor.parked and spec.proposes_cheaply):
+            return [], None
+        if self.governor.draft_limit is not None:
+            room = min(room, self.governor.draft_limit)
         drafts: list[int] = []
+        ctx = DraftContext(history, position, min(room, spec.max_draft_tokens) if drafting else 1, self._hidden,
+                           shadow=not drafting)
         with self.stats.phase("draft"):
-            n = spec.propose(DraftContext(history, position, min(room, spec.max_draft_tokens), self._hidden), drafts)
-        return drafts[:max(0, min(n, room))]
+            n = spec.propose(ctx, drafts)
+        drafts = drafts[:max(0, min(n, room))]
+        return (drafts, None) if drafting else ([], drafts)
 
     def _accept(self, out, drafts: list[int], first_position: int) -> list[int]:
         if self.accept == "rejection" and drafts:

@@ -35,12 +35,16 @@ class DraftContext:
         generation's remaining budget already applied).
     hidden: the target's hidden row(s) that the last commit ended on, for
         speculators with needs_hidden_state; else None.
+    shadow: the drafts will not be verified (the governor parked drafting and
+        only checks whether they would have landed): propose, but learn nothing
+        from this proposal.
     """
 
     history: Sequence[int]
     position: int
     max_draft: int
     hidden: np.ndarray | None = None
+    shadow: bool = False
 
 
 class Speculator(ABC):
@@ -56,6 +60,10 @@ class Speculator(ABC):
     #: (the next turn of a chat). Per-position heads chain state token by token
     #: and cannot; history-mining and ring-buffer drafters can.
     can_arm_after_prefix_reuse: bool = False
+    #: Proposing costs next to nothing (no forward pass), so while the governor
+    #: parks drafting the runtime may still propose, unverified, to see whether
+    #: drafting would pay again.
+    proposes_cheaply: bool = False
 
     def __init__(self, max_draft_tokens: int, min_draft_prob: float | None = None):
         if not 1 <= max_draft_tokens <= 64:

@@ -37,6 +37,7 @@ class NGramSpeculator(Speculator):
     default_min_draft_prob = 0.0
     can_arm_after_prefix_reuse = True
     needs_hidden_state = False
+    proposes_cheaply = True
 
     def __init__(self, max_draft_tokens: int = 64, min_draft_prob: float | None = None,
                  min_order: int = 1, max_order: int = 4, window: int | None = None):
@@ -70,8 +71,9 @@ class NGramSpeculator(Speculator):
     def propose(self, ctx: DraftContext, out: list[int]) -> int:
         history = ctx.history
         self.index_probes = self.index_insertions = 0
-        self._proposed = []
-        self._proposed_at = ctx.position
+        if not ctx.shadow:  # a shadow proposal is never verified: nothing to learn from its commit
+            self._proposed = []
+            self._proposed_at = ctx.position
         if len(history) - 1 < self._indexed:  # not the sequence we indexed: a new one
             self._forget_index()
         self._index_new_tokens(history)
@@ -83,10 +85,14 @@ class NGramSpeculator(Speculator):
             self.index_probes += 1
             match_end = self._index[n].get(suffix[-n:])
             if match_end is not None:
-                self._proposed = list(_ints(history[match_end + 1:min(match_end + 1 + limit, end)]))
+                drafts = list(_ints(history[match_end + 1:min(match_end + 1 + limit, end)]))
                 break
-        out.extend(self._proposed)
-        return len(self._proposed)
+        else:
+            drafts = []
+        if not ctx.shadow:
+            self._proposed = drafts
+        out.extend(drafts)
+        return len(drafts)
 
     def _index_new_tokens(self, history: Sequence[int]) -> None:
         # Only n-grams that have a continuation: the current suffix must never match itself.

@@ -1,0 +1,68 @@
+"""One ggspec generation as a benchmark command: prints the result's JSON (stats
+included) on stdout.
+
+    python -m bench.spec_run --model M.gguf --prompt doc-repeat --speculator ngram -n 256
+
+--speculator: none (plain), ngram, auto, or garbage (a drafter that proposes
+random tokens, to show what the cost governor saves). The prompt is a name from
+bench.spec_prompts, in its chat form when the model has a chat template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import ggspec
+from bench.spec_prompts import by_name
+from ggspec.generation import GenerationStream, make_sampler
+from ggspec.governor import SpeculationCostGovernor
+from ggspec.planner import SpeculationPlan
+from ggspec.spec_options import SpecOptions
+
+
+def prompt_ids(model: ggspec.Model, name: str) -> list[int]:
+    p = by_name(name)
+    return model.encode_chat(p.chat) if model.has_chat_template else model.encode_prompt(p.raw)
+
+
+def prompt_text(model: ggspec.Model, name: str) -> str:
+    """What to hand llama.cpp so that it tokenizes to the same ids (checked by the caller)."""
+    p = by_name(name)
+    return model.chat_text(p.chat) if model.has_chat_template else p.raw
+
+
+def run(model: ggspec.Model, name: str, speculator: str, n: int, governor: bool = True):
+    ids = prompt_ids(model, name)
+    options = SpecOptions(enabled=speculator != "none", spec_type="auto" if speculator == "garbage" else
+                          speculator if speculator != "none" else "auto", governor=governor)
+    if speculator == "garbage":
+        from tests.fixtures.scripted import GarbageSpeculator
+
+        plan = SpeculationPlan(GarbageSpeculator(model.target.n_vocab, window=8), SpeculationCostGovernor(governor),
+                               options)
+    else:
+        from ggspec.planner import plan_speculation
+
+        plan = plan_speculation(model.target, options)
+    sampler = make_sampler(model, temperature=0)
+    return GenerationStream(model, ids, sampler, plan, n, ignore_eos=True).run()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--speculator", default="ngram", choices=["none", "ngram", "auto", "garbage"])
+    p.add_argument("--governor", default="on", choices=["on", "off"])
+    p.add_argument("-n", type=int, default=256)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("-c", "--ctx", type=int, default=2048)
+    args = p.parse_args()
+    model = ggspec.Model(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    r = run(model, args.prompt, args.speculator, args.n, args.governor == "on")
+    print(json.dumps({"stats": r.stats, "n_tokens": len(r.tokens), "n_prompt_tokens": len(r.prompt_tokens)}))
+
+
+if __name__ == "__main__":
+    main()
