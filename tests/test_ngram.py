@@ -14,6 +14,16 @@ from ggspec.speculators.base import DraftContext
 from ggspec.speculators.ngram import NGramSpeculator
 
 
+def ngram(**options) -> NGramSpeculator:
+    """Orders 1..4 unless a test says otherwise: short keys make small cases readable."""
+    return NGramSpeculator(**{"min_order": 1, "max_order": 4, **options})
+
+
+def test_the_default_orders():
+    spec = NGramSpeculator()
+    assert (spec.min_order, spec.max_order, spec.required_order) == (3, 12, 3)
+
+
 def propose(spec: NGramSpeculator, history: Sequence[int], max_draft: int = 64) -> list[int]:
     out: list[int] = []
     n = spec.propose(DraftContext(history=history, position=len(history) - 1, max_draft=max_draft), out)
@@ -32,47 +42,47 @@ PASSAGE = list(range(100, 300))  # distinct tokens: any suffix of it matches exa
 
 
 def test_what_it_declares():
-    spec = NGramSpeculator()
+    spec = ngram()
     assert (spec.name, spec.min_draft_prob, spec.max_draft_tokens) == ("ngram", 0.0, 64)
     assert spec.can_arm_after_prefix_reuse and not spec.needs_hidden_state
     with pytest.raises(ValueError):
         NGramSpeculator(min_order=3, max_order=2)
     with pytest.raises(ValueError):
-        NGramSpeculator(window=0)
+        ngram(window=0)
 
 
 def test_proposes_the_continuation_of_a_repeated_passage():
     a, b = list(range(100, 120)), list(range(200, 230))
-    assert propose(NGramSpeculator(window=10), a + b + a[:5]) == a[5:15]
+    assert propose(ngram(window=10), a + b + a[:5]) == a[5:15]
 
 
 def test_the_longest_match_wins():
     # (6, 7, 8) was followed by 1; the lone 8, more recently, by 2
     history = [6, 7, 8, 1, 5, 8, 2, 6, 7, 8]
-    assert propose(NGramSpeculator(window=2), history) == [1, 5]
-    assert propose(NGramSpeculator(window=2, max_order=1), history) == [2, 6]
+    assert propose(ngram(window=2), history) == [1, 5]
+    assert propose(ngram(window=2, max_order=1), history) == [2, 6]
 
 
 def test_the_most_recent_occurrence_wins():
-    assert propose(NGramSpeculator(window=2), [1, 2, 3, 5, 1, 2, 3, 6, 9, 1, 2, 3]) == [6, 9]
+    assert propose(ngram(window=2), [1, 2, 3, 5, 1, 2, 3, 6, 9, 1, 2, 3]) == [6, 9]
 
 
 def test_never_the_suffix_itself_nor_past_the_end():
-    assert propose(NGramSpeculator(), [7, 8, 9]) == []
-    assert propose(NGramSpeculator(), [7]) == []
-    assert propose(NGramSpeculator(), []) == []
-    assert propose(NGramSpeculator(window=8), [5, 5]) == [5]
-    assert propose(NGramSpeculator(window=8), [1, 2, 3, 1, 2, 3]) == [1, 2, 3]
+    assert propose(ngram(), [7, 8, 9]) == []
+    assert propose(ngram(), [7]) == []
+    assert propose(ngram(), []) == []
+    assert propose(ngram(window=8), [5, 5]) == [5]
+    assert propose(ngram(window=8), [1, 2, 3, 1, 2, 3]) == [1, 2, 3]
 
 
 def test_the_draft_length_limits():
     history = PASSAGE + PASSAGE[:3]
-    assert len(propose(NGramSpeculator(), history)) == 4  # the adaptive window's start
-    assert len(propose(NGramSpeculator(window=7), history)) == 7
-    assert len(propose(NGramSpeculator(window=7), history, max_draft=3)) == 3
-    assert len(propose(NGramSpeculator(window=7, max_draft_tokens=5), history)) == 5
+    assert len(propose(ngram(), history)) == 4  # the adaptive window's start
+    assert len(propose(ngram(window=7), history)) == 7
+    assert len(propose(ngram(window=7), history, max_draft=3)) == 3
+    assert len(propose(ngram(window=7, max_draft_tokens=5), history)) == 5
 
-    fixed = NGramSpeculator(window=7)
+    fixed = ngram(window=7)
     for _ in range(4):
         draft = propose(fixed, history)
         assert len(draft) == 7
@@ -82,17 +92,17 @@ def test_the_draft_length_limits():
 def test_pmin_scales_the_required_match_length():
     three = [1, 2, 3, 9, 5, 1, 2, 3]
     four = [4, 1, 2, 3, 9, 5, 4, 1, 2, 3]
-    assert propose(NGramSpeculator(window=1), three) == [9]
-    assert propose(NGramSpeculator(window=1, min_draft_prob=1.0), three) == []
-    assert propose(NGramSpeculator(window=1, min_draft_prob=1.0), four) == [9]
+    assert propose(ngram(window=1), three) == [9]
+    assert propose(ngram(window=1, min_draft_prob=1.0), three) == []
+    assert propose(ngram(window=1, min_draft_prob=1.0), four) == [9]
     # 1 + round(0.5 * 3) = 3: a 3-gram is enough, a 2-gram is not
-    assert NGramSpeculator(min_draft_prob=0.5).required_order == 3
-    assert propose(NGramSpeculator(window=1, min_draft_prob=0.5), three) == [9]
-    assert propose(NGramSpeculator(window=1, min_draft_prob=0.5), [2, 3, 9, 5, 2, 3]) == []
+    assert ngram(min_draft_prob=0.5).required_order == 3
+    assert propose(ngram(window=1, min_draft_prob=0.5), three) == [9]
+    assert propose(ngram(window=1, min_draft_prob=0.5), [2, 3, 9, 5, 2, 3]) == []
 
 
 def test_the_window_grows_on_full_acceptance_and_shrinks_on_rejection():
-    spec = NGramSpeculator(max_draft_tokens=20)
+    spec = ngram(max_draft_tokens=20)
     history = PASSAGE + PASSAGE[:2]
 
     def step(n_accepted: int | None = None) -> int:
@@ -132,7 +142,7 @@ def steady_state_work(context: int) -> list[tuple[int, int, int]]:
     seen = list(range(10_000, 10_040))
     rng = random.Random(0)
     history = CountingHistory(seen + [rng.randrange(5000) for _ in range(context - len(seen))])
-    spec = NGramSpeculator()
+    spec = ngram()
     propose(spec, history)  # the first propose indexes the whole context once
     work = []
     for token in seen + list(range(20_000, 20_040)):
@@ -179,7 +189,7 @@ def test_the_incremental_index_equals_one_built_at_once(data, min_order, extra_o
 
 
 def test_reset_then_another_sequence():
-    spec = NGramSpeculator(window=3)
+    spec = ngram(window=3)
     first = PASSAGE + PASSAGE[:5]
     assert propose(spec, first) == PASSAGE[5:8]
     spec.reset()
@@ -190,7 +200,7 @@ def test_reset_then_another_sequence():
 
 
 def test_shadow_proposals_teach_the_window_nothing():
-    spec = NGramSpeculator(max_draft_tokens=64)
+    spec = ngram(max_draft_tokens=64)
     history = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
     out = []
     assert spec.propose(DraftContext(history, len(history) - 1, 64), out) > 0
