@@ -16,18 +16,21 @@ import time
 import ggspec
 from bench.peer.commands import DEFAULT_PROMPT
 from bench.peer.peer import peer_tokenize
+from ggspec.runtime import SpeculativeExecution
+from ggspec.sampling import Sampler, SamplerConfig
 
 
 def greedy_decode(target: ggspec.Target, prompt: list[int], n: int) -> tuple[list[int], float, float]:
-    """Returns (generated ids, prompt seconds, generation seconds for n - 1 one-row steps)."""
+    """Returns (generated ids, prompt seconds, generation seconds for the n - 1 steps
+    after the prompt's own token), decoding with ggspec's plain loop."""
+    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab))
     target.reset()
+    out: list[int] = []
     t0 = time.perf_counter()
-    tok = int(target.spec_forward(prompt, top_k=1).ids[0, 0])
-    t1 = time.perf_counter()
-    out = [tok]
-    for _ in range(n - 1):
-        tok = int(target.spec_forward([tok], top_k=1).ids[0, 0])
-        out.append(tok)
+    for step in execution.generate(prompt, n):
+        if not out:
+            t1 = time.perf_counter()
+        out += step
     return out, t1 - t0, time.perf_counter() - t1
 
 

@@ -235,6 +235,20 @@ def _new_context(ll, model, req: dict, n_batch: int, n_ubatch: int | None = None
     return ctx
 
 
+def _decode(ll, ctx, batch, tokens: list[int], start: int, all_rows: bool) -> None:
+    """One llama_decode of `tokens` at positions start.., logits for every row or the last."""
+    for j, token in enumerate(tokens):
+        batch.token[j] = token
+        batch.pos[j] = start + j
+        batch.n_seq_id[j] = 1
+        batch.seq_id[j][0] = 0
+        batch.logits[j] = int(all_rows or j == len(tokens) - 1)
+    batch.n_tokens = len(tokens)
+    rc = ll.llama_decode(ctx, batch)
+    if rc != 0:
+        raise RuntimeError(f"llama_decode returned {rc}")
+
+
 def _compute_logits(ll, req: dict) -> np.ndarray:
     model = _load_model(ll, req["model"], vocab_only=False)
     tokens = req["tokens"]
@@ -245,16 +259,7 @@ def _compute_logits(ll, req: dict) -> np.ndarray:
     rows = []
     batch = ll.llama_batch_init(n, 0, 1)
     for begin, end in spans:
-        for j, pos in enumerate(range(begin, end)):
-            batch.token[j] = tokens[pos]
-            batch.pos[j] = pos
-            batch.n_seq_id[j] = 1
-            batch.seq_id[j][0] = 0
-            batch.logits[j] = 1
-        batch.n_tokens = end - begin
-        rc = ll.llama_decode(ctx, batch)
-        if rc != 0:
-            raise RuntimeError(f"llama_decode returned {rc}")
+        _decode(ll, ctx, batch, tokens[begin:end], begin, all_rows=True)
         rows += [np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, j), shape=(n_vocab,)).copy()
                  for j in range(end - begin)]
     logits = np.stack(rows).astype(np.float32)
@@ -273,13 +278,7 @@ def _greedy(ll, req: dict) -> list[dict]:
         batch = ll.llama_batch_init(len(prompt), 0, 1)
         ids, margins, feed, pos = [], [], prompt, 0
         for _ in range(req["n"]):
-            for j, token in enumerate(feed):
-                batch.token[j], batch.pos[j], batch.n_seq_id[j] = token, pos + j, 1
-                batch.seq_id[j][0] = 0
-                batch.logits[j] = int(j == len(feed) - 1)
-            batch.n_tokens = len(feed)
-            if ll.llama_decode(ctx, batch) != 0:
-                raise RuntimeError("llama_decode failed")
+            _decode(ll, ctx, batch, feed, pos, all_rows=False)
             pos += len(feed)
             logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, -1), shape=(n_vocab,))
             best = int(np.argmax(logits))

@@ -80,12 +80,9 @@ class Sampler:
     def sample(self, values: np.ndarray, ids: np.ndarray | None, position: int) -> int:
         """One row: `values` are the row's top-k logits with their `ids` (best first),
         or the full logits when `ids` is None. `position` is the output position."""
-        if ids is None:
-            ids = np.arange(len(values))
-        if self.config.greedy or len(ids) == 1:
-            best = np.flatnonzero(values == values.max())
-            return int(ids[best].min())
         candidates, weights = self.distribution(values, ids)
+        if len(candidates) == 1:  # greedy, or a chain that kept one token: nothing to draw
+            return int(candidates[0])
         return draw(candidates, weights, uniform(self.config.seed, position))
 
     def distribution(self, values: np.ndarray, ids: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -94,9 +91,9 @@ class Sampler:
         logits = np.asarray(values, dtype=np.float64)
         ids = np.arange(len(logits)) if ids is None else np.asarray(ids)
         c = self.config
-        if c.greedy:
-            best = _best_first(logits, ids, np.arange(len(logits)))[:1]
-            return ids[best], np.ones(1)
+        if c.greedy:  # the argmax, ties to the lower id, in one pass over the row
+            best = np.flatnonzero(logits == logits.max())
+            return ids[best[[np.argmin(ids[best])]]], np.ones(1)
         if 0 < c.top_k < len(logits):
             keep = _best_first(logits, ids, np.arange(len(logits)))[:c.top_k]
             logits, ids = logits[keep], ids[keep]

@@ -55,6 +55,9 @@ class Speculator(ABC):
     #: the algorithm's own (n-gram: scales the required match length).
     default_min_draft_prob: float = 0.0
     needs_hidden_state: bool = False
+    #: The target taps the verify returns for commit (ggspec.Target.spec_forward's
+    #: hidden_layers) when needs_hidden_state.
+    hidden_layers: tuple = ()
     handles_own_prefill: bool = False
     #: Whether drafting may start on a sequence whose KV prefix it never saw
     #: (the next turn of a chat). Per-position heads chain state token by token
