@@ -96,3 +96,16 @@ def test_speculators_that_cannot_arm_after_reuse_say_why(chat_model):
     second = session.generate("c d", max_tokens=4)
     assert second.stats["spec_type"] == "none"
     assert "cannot arm after a reused prefix" in second.stats["decline_reason"]
+
+
+def test_governor_counts_are_per_turn(chat_model):
+    session = ggspec.Session(chat_model, **GREEDY)
+    governor = session._plan.governor
+    session.generate("a b", max_tokens=8, ignore_eos=True)
+    governor.parked_steps += 5  # as if the first turn had parked and probed
+    governor.probes += 2
+    before = (governor.parked_steps, governor.probes)
+    second = session.generate("c d", max_tokens=8, ignore_eos=True)
+    assert (second.stats["governor_parked_steps"], second.stats["governor_probes"]) == \
+        (governor.parked_steps - before[0], governor.probes - before[1])
+    assert before[0] >= 5 and second.stats["governor_parked_steps"] < governor.parked_steps

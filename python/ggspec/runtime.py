@@ -36,8 +36,10 @@ class SpeculativeExecution:
         self.draft_cap = draft_cap
         self.accept = accept
         self.clock = clock
+        # a session's governor outlives one generation; the stats count this one's share
+        self._governor_start = (self.governor.parked_steps, self.governor.probes)
         self._top_k = sampler.forward_top_k
-        self._taps = tuple(getattr(speculator, "hidden_layers", ())) if speculator and speculator.needs_hidden_state else ()
+        self._taps = tuple(speculator.hidden_layers) if speculator and speculator.needs_hidden_state else ()
         self._hidden = None  # the hidden row the last commit ended on
 
     def generate(self, prompt: Sequence[int], max_tokens: int, reused: int = 0) -> Iterator[list[int]]:
@@ -96,8 +98,8 @@ class SpeculativeExecution:
         if shadow is not None:
             self.governor.observe_shadow(shadow[:1] == emitted[:1])
         self.governor.observe(bool(drafts), len(emitted), self.clock() - t0, warmup=target.graph_builds != builds)
-        stats.governor_parked_steps = self.governor.parked_steps
-        stats.governor_probes = self.governor.probes
+        stats.governor_parked_steps = self.governor.parked_steps - self._governor_start[0]
+        stats.governor_probes = self.governor.probes - self._governor_start[1]
         return emitted
 
     def _draft(self, history: Sequence[int], position: int, budget: int) -> tuple[list[int], list[int] | None]:
