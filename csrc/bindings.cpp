@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include "errors.h"
+#include "kernels/q8_dot_rows.h"
 #include "target.h"
 
 namespace py = pybind11;
@@ -66,7 +67,7 @@ PYBIND11_MODULE(_core, m) {
     py::class_<Target>(m, "Target")
         .def(py::init([](const std::string & path, int64_t n_ctx, int n_threads, const std::string & device,
                          const std::string & kv_type, int64_t prefill_chunk, int64_t max_verify_rows,
-                         double graph_budget_mb) {
+                         double graph_budget_mb, bool row_kernels) {
                  TargetOptions o;
                  o.n_ctx = n_ctx;
                  o.n_threads = n_threads;
@@ -75,12 +76,13 @@ PYBIND11_MODULE(_core, m) {
                  o.prefill_chunk = prefill_chunk;
                  o.max_verify_rows = max_verify_rows;
                  o.graph_budget_bytes = (size_t) (graph_budget_mb * 1024 * 1024);
+                 o.row_kernels = row_kernels;
                  py::gil_scoped_release release;
                  return std::make_unique<Target>(path, o);
              }),
              py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0, py::arg("device") = "auto",
              py::arg("kv_type") = "f16", py::arg("prefill_chunk") = 512, py::arg("max_verify_rows") = 65,
-             py::arg("graph_budget_mb") = 1024.0)
+             py::arg("graph_budget_mb") = 1024.0, py::arg("row_kernels") = true)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
              py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0,
              "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")
@@ -93,6 +95,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("graphs_cached", &Target::graphs_cached)
         .def_property_readonly("device", &Target::device_name)
         .def_property_readonly("n_threads", &Target::n_threads)
+        .def_property_readonly("lm_head_row_kernel", &Target::lm_head_row_kernel)
         .def_property_readonly("weight_bytes", &Target::weight_bytes)
         .def_property_readonly("kv_bytes", &Target::kv_bytes)
         .def_property_readonly("arch", [](const Target & t) { return t.hparams().arch; })
@@ -112,4 +115,7 @@ PYBIND11_MODULE(_core, m) {
             return out;
         },
         py::arg("type_name"), py::arg("data"), "ggml's quantization of f32 rows (for writing test models).");
+    m.def("row_kernel_cpu", &q8_dot_rows_supported,
+          "Whether this CPU runs the multi-row kernel (whether a model uses it also needs its weight types and a "
+          "probe that matches ggml's bits).");
 }

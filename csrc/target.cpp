@@ -7,6 +7,7 @@
 
 #include "errors.h"
 #include "ggml-cpu.h"
+#include "kernels/row_matmul.h"
 #include "log.h"
 
 namespace ggspec {
@@ -82,12 +83,15 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt),
         threadpool_.reset(ggml_threadpool_new(&tp));
         ggml_backend_cpu_set_n_threads(backend_.get(), n_threads_);
         ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_.get());
+        row_kernels_ = opt.row_kernels;
     }
     const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
 }
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }
+
+bool Target::lm_head_row_kernel() const { return row_kernels_ && row_kernel_usable(w_.output->type); }
 
 void Target::ensure_capacity(int64_t n) const {
     if (n > n_ctx()) {
@@ -120,7 +124,7 @@ std::unique_ptr<CachedGraph> Target::build_graph(const GraphKey & key) const {
     cg->full = attention_inputs(key.n_kv_full, false, 0);
     if (hp_.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, kv_->has_ring(), hp_.n_swa);
 
-    ForwardGraph fg{ctx, hp_, w_, *kv_, n, cg->tokens, cg->positions, cg->full, cg->swa, {}};
+    ForwardGraph fg{ctx, hp_, w_, *kv_, n, cg->tokens, cg->positions, cg->full, cg->swa, {}, row_kernels_};
     ggml_tensor * trunk = arch_->build_trunk(fg);
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
     ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
@@ -136,7 +140,7 @@ std::unique_ptr<CachedGraph> Target::build_graph(const GraphKey & key) const {
     if (key.n_out > 0) {
         ggml_tensor * rows = key.n_out == n ? trunk
                                             : ggml_view_2d(ctx, trunk, hp_.n_embd, 1, trunk->nb[1], (n - 1) * trunk->nb[1]);
-        ggml_tensor * logits = ggml_mul_mat(ctx, w_.output, rows);
+        ggml_tensor * logits = fg.matmul(w_.output, rows);
         if (hp_.final_softcap > 0.0f) {
             logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / hp_.final_softcap)), hp_.final_softcap);
         }

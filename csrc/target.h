@@ -31,6 +31,7 @@ struct TargetOptions {
     int64_t prefill_chunk = 512;
     int64_t max_verify_rows = 65;      // sizes the sliding-window ring
     size_t graph_budget_bytes = size_t(1) << 30;
+    bool row_kernels = true;           // ggspec's multi-row CPU kernels where they give ggml's bits
 };
 
 // Where forward() writes its results; null fields are not requested.
@@ -74,6 +75,8 @@ public:
     size_t weight_bytes() const { return file_->weight_bytes(); }
     size_t kv_bytes() const { return kv_->bytes(); }
     int n_threads() const { return n_threads_; }
+    // Whether multi-row LM-head products run on ggspec's own kernel (kernels/row_matmul.h).
+    bool lm_head_row_kernel() const;
 
 private:
     std::unique_ptr<CachedGraph> build_graph(const GraphKey & key) const;
@@ -94,6 +97,7 @@ private:
     std::unique_ptr<ggml_threadpool, ThreadpoolDeleter> threadpool_;
     ggml_backend_ptr backend_;
     int n_threads_ = 1;
+    bool row_kernels_ = false;
     std::unique_ptr<KvCache> kv_;
     GraphCache graphs_;
 

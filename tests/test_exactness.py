@@ -42,7 +42,7 @@ def check_every_window(target, prompt, seq, taps=()):
             assert_bits_equal(r.hidden, ref_hidden[:k], f"hidden taps of a {k}-row verify")
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q4_k"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q5_0", "q4_0", "q4_1", "q4_k"])
 @pytest.mark.parametrize("arch", ARCHS)
 def test_tiny_verify_rows_match_one_row_steps(tiny_model, arch, dtype):
     # With 64-row prefill chunks gemma3's sliding-window layers keep a ring of

@@ -67,12 +67,18 @@ def test_the_most_recent_occurrence_wins():
     assert propose(ngram(window=2), [1, 2, 3, 5, 1, 2, 3, 6, 9, 1, 2, 3]) == [6, 9]
 
 
-def test_never_the_suffix_itself_nor_past_the_end():
+def test_never_the_suffix_itself():
     assert propose(ngram(), [7, 8, 9]) == []
     assert propose(ngram(), [7]) == []
     assert propose(ngram(), []) == []
-    assert propose(ngram(window=8), [5, 5]) == [5]
-    assert propose(ngram(window=8), [1, 2, 3, 1, 2, 3]) == [1, 2, 3]
+
+
+def test_a_continuation_that_reaches_the_present_repeats_its_loop():
+    assert propose(ngram(window=8), [5, 5]) == [5] * 8
+    assert propose(ngram(window=8), [1, 2, 3, 1, 2, 3]) == [1, 2, 3, 1, 2, 3, 1, 2]
+    # the most recent (9, 1, 2, 3) ended one period ago: period 5, drafted past the present
+    assert propose(ngram(window=7), [0, 9, 1, 2, 3, 4, 9, 1, 2, 3]) == [4, 9, 1, 2, 3, 4, 9]
+    assert propose(ngram(window=3), [1, 2, 3, 1, 2, 3]) == [1, 2, 3]
 
 
 def test_the_draft_length_limits():
@@ -160,12 +166,17 @@ def test_propose_work_is_flat_in_the_context_length():
 
 
 def naive_proposal(history: list[int], spec: NGramSpeculator, limit: int) -> list[int]:
-    """The definition, by scanning: the latest earlier end of the longest suffix match."""
+    """The definition, by scanning: what followed the latest earlier end of the
+    longest suffix match, read on through the drafts themselves when it reaches
+    the present (the text predicted to go on as it did then)."""
     end = len(history)
     for n in range(min(spec.max_order, end), spec.required_order - 1, -1):
         for pos in range(end - 2, n - 2, -1):
             if history[pos + 1 - n:pos + 1] == history[end - n:]:
-                return history[pos + 1:min(pos + 1 + limit, end)]
+                extended = list(history)
+                for i in range(pos + 1, pos + 1 + limit):
+                    extended.append(extended[i])
+                return extended[end:]
     return []
 
 
@@ -196,7 +207,7 @@ def test_reset_then_another_sequence():
     other = [9, 8, 7, 6, 9, 8]
     assert propose(spec, other) == [7, 6, 9]
     # a shorter history without reset is a new sequence too: the index is rebuilt
-    assert propose(spec, [1, 2, 1]) == [2, 1]
+    assert propose(spec, [1, 2, 1]) == [2, 1, 2]
 
 
 def test_shadow_proposals_teach_the_window_nothing():

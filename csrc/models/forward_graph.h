@@ -7,6 +7,7 @@
 
 #include "ggml.h"
 #include "hparams.h"
+#include "kernels/row_matmul.h"
 #include "kv_cache.h"
 
 namespace ggspec {
@@ -32,8 +33,11 @@ struct ForwardGraph {
     AttentionInputs full;
     AttentionInputs swa;      // used by layers with hp.is_swa[il]
     std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
+    bool row_kernels = false;  // weight products may run on ggspec's multi-row CPU kernel
 
     const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
+    // A weight matrix times activations, ggml_mul_mat's bits either way (kernels/row_matmul.h).
+    ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x) const { return row_mul_mat(ctx, weight, x, row_kernels); }
 };
 
 // An architecture: how its GGUF is read, and how its trunk is built. The

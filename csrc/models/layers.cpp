@@ -54,9 +54,9 @@ ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const LayerWeights & l = g.w.layers[il];
     const int64_t n = g.n_rows, hd = hp.head_dim;
 
-    ggml_tensor * q = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wq, x), hd, hp.n_head, n);
-    ggml_tensor * k = ggml_reshape_3d(ctx, ggml_mul_mat(ctx, l.wk, x), hd, hp.n_head_kv, n);
-    ggml_tensor * v = ggml_mul_mat(ctx, l.wv, x);
+    ggml_tensor * q = ggml_reshape_3d(ctx, g.matmul(l.wq, x), hd, hp.n_head, n);
+    ggml_tensor * k = ggml_reshape_3d(ctx, g.matmul(l.wk, x), hd, hp.n_head_kv, n);
+    ggml_tensor * v = g.matmul(l.wv, x);
     if (l.q_norm) q = rms_norm(g, q, l.q_norm);
     if (l.k_norm) k = rms_norm(g, k, l.k_norm);
     q = rope(g, il, q);
@@ -68,14 +68,14 @@ ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     kq = ggml_soft_max_ext(ctx, kq, g.attention_inputs(il).mask, hp.kq_scale, 0.0f);
     ggml_tensor * kqv = ggml_mul_mat(ctx, vcache, kq);  // [hd, n, n_head]
     ggml_tensor * o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, n);
-    return ggml_mul_mat(ctx, l.wo, o);
+    return g.matmul(l.wo, o);
 }
 
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act) {
-    ggml_tensor * gate = ggml_mul_mat(g.ctx, l.ffn_gate, x);
-    ggml_tensor * up = ggml_mul_mat(g.ctx, l.ffn_up, x);
+    ggml_tensor * gate = g.matmul(l.ffn_gate, x);
+    ggml_tensor * up = g.matmul(l.ffn_up, x);
     ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(g.ctx, gate, up) : ggml_geglu_split(g.ctx, gate, up);
-    return ggml_mul_mat(g.ctx, l.ffn_down, h);
+    return g.matmul(l.ffn_down, h);
 }
 
 }  // namespace ggspec

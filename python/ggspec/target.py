@@ -75,6 +75,7 @@ class Target:
     n_layer = property(lambda self: self._core.n_layer)
     device = property(lambda self: self._core.device)
     n_threads = property(lambda self: self._core.n_threads)
+    lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
 
     @property
     def cache_seq_len(self) -> int:
@@ -152,6 +153,7 @@ def load(
     prefill_chunk: int = 512,
     max_verify_rows: int = 65,
     graph_budget_mb: float = 1024.0,
+    row_kernels: bool = True,
 ) -> Target:
     """Loads a GGUF model as a speculative-decoding target.
 
@@ -161,6 +163,8 @@ def load(
     prefill_chunk: rows per prefill graph. max_verify_rows: the largest verify
     (draft window + 1) a sliding-window cache must be able to rewind.
     graph_budget_mb: memory for persistent graphs; the least recently used are freed past it.
+    row_kernels: on the CPU, run multi-row LM-head products on ggspec's own kernel where
+    a probe finds it bit-identical to ggml's (False: ggml_mul_mat everywhere, for comparison).
 
     Raises ModelFormatError for a corrupt, truncated or unsupported file.
     """
@@ -170,7 +174,7 @@ def load(
         raise ValueError(f"n_threads must be at least 1, got {threads}")
     core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
                         prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows),
-                        graph_budget_mb=float(graph_budget_mb))
+                        graph_budget_mb=float(graph_budget_mb), row_kernels=bool(row_kernels))
     return Target(core, path)
 
 

@@ -32,6 +32,9 @@ class NGramSpeculator(Speculator):
     or a loop down (measured, bench/README.md: on Gemma 3 270M prose 1.19x → 1.48x,
     copying 2.17x → 2.34x against orders 1..4).
 
+    A match whose continuation reaches the end of the history is a loop: the draft
+    repeats its period to fill the window (small greedy models loop often).
+
     window: a fixed draft length (the operator capped it). None adapts it to what
     the target accepts: starting at 4, doubling (up to max_draft_tokens) after a
     fully accepted draft that filled the window, and dropping to accepted + 1
@@ -90,7 +93,7 @@ class NGramSpeculator(Speculator):
             self.index_probes += 1
             match_end = self._index[n].get(suffix[-n:])
             if match_end is not None:
-                drafts = list(_ints(history[match_end + 1:min(match_end + 1 + limit, end)]))
+                drafts = _continuation(history, match_end + 1, end, limit)
                 break
         else:
             drafts = []
@@ -124,6 +127,16 @@ class NGramSpeculator(Speculator):
         elif accepted == self._window:  # a shorter draft never tested the window's edge
             self._window = min(2 * self._window, self.max_draft_tokens)
         self._proposed = []
+
+
+def _continuation(history: Sequence[int], start: int, end: int, limit: int) -> list[int]:
+    """Up to `limit` tokens from history[start:]. A continuation that runs into the
+    present means the text is looping with period end - start, so it goes on
+    through the tokens drafted so far: a loop gets a full window, not one period."""
+    drafts = list(_ints(history[start:min(start + limit, end)]))
+    while len(drafts) < limit:
+        drafts.append(drafts[len(drafts) - (end - start)])
+    return drafts
 
 
 def _ints(tokens: Sequence[int]) -> tuple[int, ...]:
