@@ -18,7 +18,7 @@ import numpy as np
 
 import ggspec
 
-ROWS = (1, 2, 4, 8, 16, 32, 64)
+ROWS = (1, 2, 3, 4, 8, 16, 32, 64)
 
 
 def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.ndarray]:

@@ -8,7 +8,7 @@ namespace ggspec {
 
 // The rows of x from which the multi-row kernel beats ggml's one-dot-at-a-time
 // path; below it the two give the same bits anyway.
-constexpr int64_t kRowKernelMinRows = 4;
+constexpr int64_t kRowKernelMinRows = 2;
 
 // Whether this process can use the kernel for weights of this type: the CPU runs
 // it, and a probe at first use found it bit-identical to ggml's vec_dot.

@@ -38,12 +38,14 @@ class GenerationStream:
 
     reused: leading prompt positions already in the target's KV (a session's
     previous turns); the target must hold exactly those. on_finish(result,
-    kv_tokens) learns which tokens the KV holds afterwards.
+    kv_tokens) learns which tokens the KV holds afterwards. on_token(id) sees every
+    token the moment the runtime emits it (timing, progress).
     """
 
     def __init__(self, model: Model, prompt_ids: list[int], sampler: Sampler, plan: SpeculationPlan,
                  max_tokens: int, ignore_eos: bool, reused: int = 0,
-                 on_finish: Callable[[Generation, list[int]], None] | None = None):
+                 on_finish: Callable[[Generation, list[int]], None] | None = None,
+                 on_token: Callable[[int], None] | None = None):
         self.model = model
         self.prompt_ids = prompt_ids
         self.sampler = sampler
@@ -52,6 +54,7 @@ class GenerationStream:
         self.ignore_eos = ignore_eos
         self.reused = reused
         self.on_finish = on_finish
+        self.on_token = on_token
         self.result: Generation | None = None
 
     def __iter__(self) -> Iterator[str]:
@@ -113,6 +116,8 @@ class GenerationStream:
             emitted.extend(step)
             for token in step:
                 clock.tick(first=clock.t_prompt is None)
+                if self.on_token is not None:
+                    self.on_token(token)
                 yield token
 
 

@@ -1,0 +1,74 @@
+"""Speed on the part of a generation that copies the prompt, speculation on and off.
+
+    python -m bench.copy_part --model M.gguf --prompt prose-then-copy [--rounds 5]
+
+For a prompt that starts as prose and turns to copying: the copied part begins at
+the first output token from which COPY_RUN tokens appear verbatim in the prompt
+(greedy output is the same with speculation on and off, so both sides split at
+the same token). Its speed is the tokens after that point over the time since it
+was emitted, taken from each token's emit time. Rounds alternate which side runs
+first, in one process; prints medians, the per-round ratios, and where the copy
+began.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import ggspec
+from bench.spec_run import prompt_ids
+from ggspec.generation import GenerationStream, make_sampler
+from ggspec.planner import plan_speculation
+from ggspec.spec_options import SpecOptions
+
+COPY_RUN = 16
+
+
+def copy_start(prompt: list[int], output: list[int]) -> int | None:
+    grams = {tuple(prompt[i:i + COPY_RUN]) for i in range(len(prompt) - COPY_RUN + 1)}
+    return next((i for i in range(len(output) - COPY_RUN + 1) if tuple(output[i:i + COPY_RUN]) in grams), None)
+
+
+def timed_generation(model: ggspec.Model, ids: list[int], speculate: bool, n: int) -> tuple[list[int], list[float]]:
+    times: list[float] = []
+    plan = plan_speculation(model.target, SpecOptions(enabled=speculate))
+    stream = GenerationStream(model, ids, make_sampler(model, temperature=0), plan, n, ignore_eos=True,
+                              on_token=lambda _: times.append(time.perf_counter()))
+    return stream.run().tokens, times
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True)
+    p.add_argument("--prompt", default="prose-then-copy")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("-n", type=int, default=256)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    args = p.parse_args()
+
+    model = ggspec.Model(args.model, n_ctx=2048, n_threads=args.threads)
+    ids = prompt_ids(model, args.prompt)
+    reference, _ = timed_generation(model, ids, False, args.n)  # warm-up, and where the copy starts
+    start = copy_start(ids, reference)
+    if start is None or start >= args.n - COPY_RUN:
+        raise SystemExit(f"the output never copies {COPY_RUN} prompt tokens in a row: no copied part to time")
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    for round_ in range(args.rounds):
+        for speculate in ((False, True) if round_ % 2 == 0 else (True, False)):
+            tokens, times = timed_generation(model, ids, speculate, args.n)
+            if tokens != reference:
+                raise SystemExit("speculation changed the output")
+            rates[speculate].append((len(times) - 1 - start) / (times[-1] - times[start]))
+    ratios = [b / a for a, b in zip(rates[False], rates[True])]
+    print(json.dumps({
+        "prompt": args.prompt, "copy_start": start, "n": args.n,
+        "prose": model.tokenizer.decode(reference[:start])[-300:],
+        "plain_copy_tps": statistics.median(rates[False]), "spec_copy_tps": statistics.median(rates[True]),
+        "ratio_median": statistics.median(ratios), "ratios": ratios}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

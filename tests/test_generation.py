@@ -1,0 +1,18 @@
+"""GenerationStream's per-token hook sees each token as the runtime emits it."""
+
+import ggspec
+from ggspec.generation import GenerationStream, make_sampler
+from ggspec.planner import plan_speculation
+from ggspec.spec_options import SpecOptions
+
+
+def test_on_token_sees_every_emitted_token_in_order(tiny_model):
+    model = ggspec.Model(tiny_model("llama", "q8_0"), n_ctx=256, n_threads=2)
+    prompt = model.encode_prompt("a b c a b c a b")
+    for speculate in (False, True):
+        seen: list[int] = []
+        plan = plan_speculation(model.target, SpecOptions(enabled=speculate, spec_type="ngram"))
+        stream = GenerationStream(model, prompt, make_sampler(model, temperature=0), plan, 40, ignore_eos=True,
+                                  on_token=seen.append)
+        result = stream.run()
+        assert seen == result.tokens and len(seen) == 40
