@@ -1,5 +1,28 @@
 #include "kernels/q8_dot_rows.h"
 
+#include <stdexcept>
+
+// The kernel is x86 AVX512-VNNI code, compiled per function with target
+// attributes (GCC/Clang) and chosen at run time; elsewhere it is absent and
+// q8_dot_rows_supported() says so.
+#ifndef GGSPEC_X86_KERNEL
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GGSPEC_X86_KERNEL 1
+#else
+#define GGSPEC_X86_KERNEL 0
+#endif
+#endif
+
+namespace ggspec {
+
+bool q8_dot_rows_handles(ggml_type t) {
+    return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1;
+}
+
+}  // namespace ggspec
+
+#if GGSPEC_X86_KERNEL
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -182,10 +205,6 @@ void pair_tiles(const Q8DotRows & job, const WeightBlock * weights, int64_t w0, 
 
 }  // namespace
 
-bool q8_dot_rows_handles(ggml_type t) {
-    return t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1;
-}
-
 bool q8_dot_rows_supported() {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -225,3 +244,17 @@ void q8_dot_rows(const Q8DotRows & job, int64_t w_begin, int64_t w_end) {
 }
 
 }  // namespace ggspec
+
+#else  // not x86 with GCC/Clang
+
+namespace ggspec {
+
+bool q8_dot_rows_supported() { return false; }
+
+void q8_dot_rows(const Q8DotRows &, int64_t, int64_t) {
+    throw std::logic_error("the multi-row kernel is not built for this CPU");
+}
+
+}  // namespace ggspec
+
+#endif
