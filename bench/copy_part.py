@@ -26,11 +26,9 @@ import statistics
 import time
 
 import ggspec
+from bench.harness import alternating
 from bench.spec_prompts import by_name
-from bench.spec_run import prompt_ids
-from ggspec.generation import GenerationStream, make_sampler
-from ggspec.planner import plan_speculation
-from ggspec.spec_options import SpecOptions
+from bench.spec_run import prompt_ids, run
 
 COPY_RUN = 16
 
@@ -40,12 +38,12 @@ def copy_start(prompt: list[int], output: list[int]) -> int | None:
     return next((i for i in range(len(output) - COPY_RUN + 1) if tuple(output[i:i + COPY_RUN]) in grams), None)
 
 
-def timed_generation(model: ggspec.Model, ids: list[int], speculate: bool, n: int) -> tuple[list[int], list[float]]:
+def timed_generation(model: ggspec.Model, prompt: str, speculate: bool, n: int) -> tuple[list[int], list[float]]:
+    """The tokens, and the moment each was emitted."""
     times: list[float] = []
-    plan = plan_speculation(model.target, SpecOptions(enabled=speculate))
-    stream = GenerationStream(model, ids, make_sampler(model, temperature=0), plan, n, ignore_eos=True,
-                              on_token=lambda _: times.append(time.perf_counter()))
-    return stream.run().tokens, times
+    result = run(model, prompt, "auto" if speculate else "none", n,
+                 on_token=lambda _: times.append(time.perf_counter()))
+    return result.tokens, times
 
 
 def session_turns(model: ggspec.Model, speculate: bool, n: int) -> tuple[float, float]:
@@ -61,9 +59,8 @@ def session_turns(model: ggspec.Model, speculate: bool, n: int) -> tuple[float, 
 def compare_sessions(model: ggspec.Model, rounds: int, n: int) -> dict:
     rates: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     session_turns(model, True, n)  # warm-up: builds the graphs both sides use
-    for round_ in range(rounds):
-        for speculate in ((False, True) if round_ % 2 == 0 else (True, False)):
-            rates[speculate].append(session_turns(model, speculate, n))
+    for _, speculate in alternating(rounds, False, True):
+        rates[speculate].append(session_turns(model, speculate, n))
     ratio = [[b[i] / a[i] for a, b in zip(rates[False], rates[True])] for i in (0, 1)]
     return {"prose_turn_ratio_median": statistics.median(ratio[0]),
             "copy_turn_ratio_median": statistics.median(ratio[1]),
@@ -86,17 +83,16 @@ def main() -> None:
         print(json.dumps(compare_sessions(model, args.rounds, args.n), indent=1))
         return
     ids = prompt_ids(model, args.prompt)
-    reference, _ = timed_generation(model, ids, False, args.n)  # warm-up, and where the copy starts
+    reference, _ = timed_generation(model, args.prompt, False, args.n)  # warm-up, and where the copy starts
     start = copy_start(ids, reference)
     if start is None or start >= args.n - COPY_RUN:
         raise SystemExit(f"the output never copies {COPY_RUN} prompt tokens in a row: no copied part to time")
     rates: dict[bool, list[float]] = {False: [], True: []}
-    for round_ in range(args.rounds):
-        for speculate in ((False, True) if round_ % 2 == 0 else (True, False)):
-            tokens, times = timed_generation(model, ids, speculate, args.n)
-            if tokens != reference:
-                raise SystemExit("speculation changed the output")
-            rates[speculate].append((len(times) - 1 - start) / (times[-1] - times[start]))
+    for _, speculate in alternating(args.rounds, False, True):
+        tokens, times = timed_generation(model, args.prompt, speculate, args.n)
+        if tokens != reference:
+            raise SystemExit("speculation changed the output")
+        rates[speculate].append((len(times) - 1 - start) / (times[-1] - times[start]))
     ratios = [b / a for a, b in zip(rates[False], rates[True])]
     print(json.dumps({
         "prompt": args.prompt, "copy_start": start, "n": args.n,

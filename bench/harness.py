@@ -124,6 +124,14 @@ def summarize(values: Sequence[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def alternating(rounds: int, a, b):
+    """(round, side) for paired runs inside one process: A B, B A, A B, ... so that
+    drift and warm caches favour neither side."""
+    for round_ in range(rounds):
+        for side in ((a, b) if round_ % 2 == 0 else (b, a)):
+            yield round_, side
+
+
 def run_pairs(
     cmd_a: Command,
     cmd_b: Command,

@@ -32,7 +32,7 @@ def prompt_text(model: ggspec.Model, name: str) -> str:
     return model.chat_text(p.chat) if model.has_chat_template else p.raw
 
 
-def run(model: ggspec.Model, name: str, speculator: str, n: int, governor: bool = True):
+def run(model: ggspec.Model, name: str, speculator: str, n: int, governor: bool = True, on_token=None):
     ids = prompt_ids(model, name)
     options = SpecOptions(enabled=speculator != "none", spec_type="auto" if speculator == "garbage" else
                           speculator if speculator != "none" else "auto", governor=governor)
@@ -46,7 +46,7 @@ def run(model: ggspec.Model, name: str, speculator: str, n: int, governor: bool 
 
         plan = plan_speculation(model.target, options)
     sampler = make_sampler(model, temperature=0)
-    return GenerationStream(model, ids, sampler, plan, n, ignore_eos=True).run()
+    return GenerationStream(model, ids, sampler, plan, n, ignore_eos=True, on_token=on_token).run()
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 import ggspec
+from bench.harness import alternating
 
 ROWS = (1, 2, 3, 4, 8, 16, 32, 64)
 
@@ -30,7 +31,8 @@ def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.nd
     return elapsed, ids
 
 
-def measure_side(args, kernel: bool, context: np.ndarray, verifies: dict[int, np.ndarray]) -> dict[int, tuple[float, np.ndarray]]:
+def measure_side(args, kernel: bool, context: np.ndarray,
+                 verifies: dict[int, np.ndarray]) -> dict[int, tuple[float, np.ndarray]]:
     """One side at a time: two loaded targets would each keep a spinning threadpool."""
     target = ggspec.load(args.model, n_threads=args.threads, n_ctx=args.context + 128, row_kernels=kernel)
     if kernel and not target.lm_head_row_kernel:
@@ -56,14 +58,14 @@ def main() -> None:
     context = rng.integers(0, n_vocab, args.context, dtype=np.int32)
     verifies = {k: rng.integers(0, n_vocab, k, dtype=np.int32) for k in ROWS}
     times: dict[bool, dict[int, list[float]]] = {False: {k: [] for k in ROWS}, True: {k: [] for k in ROWS}}
-    for round_ in range(args.repeats):
-        results = {}
-        for kernel in ((False, True) if round_ % 2 == 0 else (True, False)):
-            results[kernel] = measure_side(args, kernel, context, verifies)
-            for k in ROWS:
-                times[kernel][k].append(results[kernel][k][0] * 1e3)
+    ids: dict[bool, dict[int, np.ndarray]] = {}
+    for _, kernel in alternating(args.repeats, False, True):
+        results = measure_side(args, kernel, context, verifies)
         for k in ROWS:
-            if not np.array_equal(results[False][k][1], results[True][k][1]):
+            times[kernel][k].append(results[k][0] * 1e3)
+        ids[kernel] = {k: results[k][1] for k in ROWS}
+        for k in ROWS:
+            if len(ids) == 2 and not np.array_equal(ids[False][k], ids[True][k]):
                 raise SystemExit(f"argmax differs between the kernel and ggml_mul_mat at {k} rows")
 
     print("| rows | ggml ms | ms/row | kernel ms | ms/row | speedup |\n|---|---|---|---|---|---|")
