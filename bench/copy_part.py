@@ -1,11 +1,12 @@
-"""Speed on the part of a generation that copies the prompt, speculation on and off.
+"""Speed on the part of a generation that copies, speculation on and off.
 
     python -m bench.copy_part --model M.gguf --prompt prose-then-copy [--rounds 5]
     python -m bench.copy_part --model M.gguf --session [--rounds 4]
 
 For a prompt that starts as prose and turns to copying: the copied part begins at
-the first output token from which COPY_RUN tokens appear verbatim in the prompt
-(greedy output is the same with speculation on and off, so both sides split at
+the first output token from which COPY_RUN tokens repeat a run that ended
+before them, in the prompt or in the output (small models copy their own loops;
+greedy output is the same with speculation on and off, so both sides split at
 the same token). Its speed is the tokens after that point over the time since it
 was emitted, taken from each token's emit time. Rounds alternate which side runs
 first, in one process; prints medians, the per-round ratios, and where the copy
@@ -34,8 +35,15 @@ COPY_RUN = 16
 
 
 def copy_start(prompt: list[int], output: list[int]) -> int | None:
-    grams = {tuple(prompt[i:i + COPY_RUN]) for i in range(len(prompt) - COPY_RUN + 1)}
-    return next((i for i in range(len(output) - COPY_RUN + 1) if tuple(output[i:i + COPY_RUN]) in grams), None)
+    """The first output index from which COPY_RUN tokens repeat a run found earlier in
+    the context: in the prompt, or in the output itself (a model that loops copies itself)."""
+    context = prompt + output
+    seen: set[tuple[int, ...]] = set()
+    for begin in range(COPY_RUN, len(context) - COPY_RUN + 1):
+        seen.add(tuple(context[begin - COPY_RUN:begin]))  # the runs that end by `begin`
+        if begin >= len(prompt) and tuple(context[begin:begin + COPY_RUN]) in seen:
+            return begin - len(prompt)
+    return None
 
 
 def timed_generation(model: ggspec.Model, prompt: str, speculate: bool, n: int) -> tuple[list[int], list[float]]:
@@ -87,18 +95,22 @@ def main() -> None:
     start = copy_start(ids, reference)
     if start is None or start >= args.n - COPY_RUN:
         raise SystemExit(f"the output never copies {COPY_RUN} prompt tokens in a row: no copied part to time")
-    rates: dict[bool, list[float]] = {False: [], True: []}
+    rates: dict[bool, list[tuple[float, float]]] = {False: [], True: []}  # copied part, part before
     for _, speculate in alternating(args.rounds, False, True):
         tokens, times = timed_generation(model, args.prompt, speculate, args.n)
         if tokens != reference:
             raise SystemExit("speculation changed the output")
-        rates[speculate].append((len(times) - 1 - start) / (times[-1] - times[start]))
-    ratios = [b / a for a, b in zip(rates[False], rates[True])]
+        rates[speculate].append(((len(times) - 1 - start) / (times[-1] - times[start]),
+                                 start / (times[start] - times[0]) if start > 0 else float("nan")))
+    ratios = [b[0] / a[0] for a, b in zip(rates[False], rates[True])]
     print(json.dumps({
         "prompt": args.prompt, "copy_start": start, "n": args.n,
         "prose": model.tokenizer.decode(reference[:start])[-300:],
-        "plain_copy_tps": statistics.median(rates[False]), "spec_copy_tps": statistics.median(rates[True]),
-        "ratio_median": statistics.median(ratios), "ratios": ratios}, indent=1))
+        "plain_copy_tps": statistics.median(r[0] for r in rates[False]),
+        "spec_copy_tps": statistics.median(r[0] for r in rates[True]),
+        "ratio_median": statistics.median(ratios), "ratios": ratios,
+        "before_copy_ratio_median": statistics.median(b[1] / a[1] for a, b in zip(rates[False], rates[True]))},
+        indent=1))
 
 
 if __name__ == "__main__":

@@ -70,6 +70,11 @@ def _busy_cpu_s() -> float | None:
     return (sum(fields) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def _own_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -118,6 +123,20 @@ def run_once(cmd: Command, metric: str | None, timeout: float | None = None) -> 
         "stdout_tail": proc.stdout[-OUTPUT_TAIL_CHARS:],
         "stderr_tail": proc.stderr[-OUTPUT_TAIL_CHARS:],
     }
+
+
+def run_in_process(fn):
+    """Call fn() and time it as run_once times a command: returns (fn's result, wall
+    seconds, other_cores), other_cores being the cores busy outside this process."""
+    busy_start, own_start = _busy_cpu_s(), _own_cpu_s()
+    start = time.perf_counter()
+    value = fn()
+    wall_s = time.perf_counter() - start
+    busy_end, own_end = _busy_cpu_s(), _own_cpu_s()
+    other_cores = None
+    if busy_start is not None and busy_end is not None:
+        other_cores = max(0.0, busy_end - busy_start - (own_end - own_start)) / wall_s
+    return value, wall_s, other_cores
 
 
 def summarize(values: Sequence[float]) -> dict:
@@ -203,39 +222,6 @@ def run_pairs(
     }
     if out is not None:
         Path(out).write_text(json.dumps(result, indent=2, default=str))
-    return result
-
-
-def run_rounds(
-    commands: dict[str, tuple[Command, str | None]],
-    rounds: int = 3,
-    baseline: str | None = None,
-    warmup: bool = True,
-    timeout: float | None = None,
-    progress=None,
-) -> dict:
-    """The A B A B idea for more than two sides: every round runs each command once,
-    in the same order. Per command: median, min, max; per command but the baseline:
-    the per-round ratios to the baseline and their median."""
-    runs: dict[str, list[dict]] = {name: [] for name in commands}
-    for r in range(-1 if warmup else 0, rounds):
-        for name, (cmd, metric) in commands.items():
-            record = run_once(cmd, metric, timeout)
-            if progress:
-                label = "warm-up" if r < 0 else f"round {r + 1}/{rounds}"
-                progress(f"{label} {name}: {record['value']:.3f} ({record['wall_s']:.1f} s wall, "
-                         f"other load {_fmt_cores(record['other_cores'])} cores)")
-            if r >= 0:
-                runs[name].append(record)
-    result = {}
-    for name, records in runs.items():
-        values = [rec["value"] for rec in records]
-        result[name] = {**summarize(values), "values": values, "cmd": commands[name][0],
-                        "other_cores_max": max((rec["other_cores"] or 0.0 for rec in records), default=None),
-                        "last_stdout_tail": records[-1]["stdout_tail"] if records else ""}
-        if baseline and name != baseline:
-            ratios = [a["value"] / b["value"] for a, b in zip(records, runs[baseline])]
-            result[name].update(ratios=ratios, ratio_median=statistics.median(ratios))
     return result
 
 

@@ -1,17 +1,24 @@
-"""The prompt suite for speculative decoding: where it should pay and where it cannot.
+"""The prompt suites for speculative decoding, read from `bench/suites/*.toml`.
 
-Each prompt has a raw form (for base models such as Gemma 3 270M, which has no
-chat template) and a chat form (one user message, for instruct models such as
-SmolLM2-135M-Instruct). The document is an original ~380-word text.
+Each suite file holds 3-5 prompts. Every prompt has a raw form (for base models
+such as Gemma 3 270M, which has no chat template) and a chat form (one user
+message, for instruct models such as SmolLM2-135M-Instruct). `{{name}}` in a
+prompt is replaced by the text of `bench/prompts/name.*txt` (an original
+~380-word document, small code files).
 """
 
 from __future__ import annotations
 
+import re
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-DOCUMENT = (Path(__file__).with_name("prompts") / "harbor.txt").read_text().strip()
+SUITE_DIR = Path(__file__).with_name("suites")
+TEXT_DIR = Path(__file__).with_name("prompts")
+SUITE_ORDER = ("prose", "lists", "document", "code", "turns_to_copy")
 
+# What a prompt's continuation is, and so what speculation should do on it.
 DOCUMENT_GROUNDED = "document"   # repeat, edit or quote a given text: n-gram should pay
 CANNOT_PAY = "cannot-pay"        # free prose, a paraphrase: drafts rarely land
 TURNS_TO_COPY = "turns-to-copy"  # prose first, then copying
@@ -20,47 +27,46 @@ TURNS_TO_COPY = "turns-to-copy"  # prose first, then copying
 @dataclass(frozen=True)
 class Prompt:
     name: str
+    suite: str
     kind: str
     raw: str
     chat: str
 
 
-def _doc(intro: str) -> str:
-    return f"{intro}\n\n{DOCUMENT}\n\n"
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    title: str
+    prompts: tuple[Prompt, ...]
 
 
-_FIRST = DOCUMENT[:120]  # a base model copies once the copy has begun
+def _texts() -> dict[str, str]:
+    return {p.name.split(".")[0]: p.read_text().strip() for p in TEXT_DIR.glob("*.txt")}
 
 
-PROMPTS = [
-    Prompt("doc-repeat", DOCUMENT_GROUNDED,
-           raw=f"Kellwick: a history\n\n{DOCUMENT}\n\nKellwick: a history (second printing)\n\n{_FIRST}",
-           chat=_doc("Repeat the following text exactly, word for word, with no comments.")),
-    Prompt("doc-edit", DOCUMENT_GROUNDED,
-           raw=_doc("Original text:") + "The same text, with Kellwick renamed Branmouth:\n\n"
-               + _FIRST.replace("Kellwick", "Branmouth"),
-           chat=_doc("Rewrite the following text exactly, but change the town's name from Kellwick to Branmouth.")),
-    Prompt("doc-quote", DOCUMENT_GROUNDED,
-           raw=_doc("Read the text.") + "Question: What saved Kellwick, and how? Answer by quoting the text's "
-               "third paragraph in full.\nAnswer: \"What saved Kellwick was a lighthouse.",
-           chat=_doc("Read the text below.") + "What saved Kellwick, and how? Answer by quoting the third "
-                "paragraph of the text in full."),
-    Prompt("prose-story", CANNOT_PAY,
-           raw="Once upon a time, in a village between two rivers, there lived a clockmaker who",
-           chat="Write a short story about a clockmaker who builds a clock that runs backwards."),
-    Prompt("prose-essay", CANNOT_PAY,
-           raw="The most important thing I learned from travelling alone is",
-           chat="Write an essay about what people learn from travelling alone."),
-    Prompt("doc-paraphrase", CANNOT_PAY,
-           raw=_doc("Text:") + "The same story told in completely different words, for a child:\n\n",
-           chat=_doc("Retell the following text in your own words for a seven-year-old. "
-                     "Do not reuse its sentences.")),
-    Prompt("prose-then-copy", TURNS_TO_COPY,
-           raw=f"Kellwick: a history\n\n{DOCUMENT}\n\nKellwick: a history (second edition)\n\n"
-               "Preface to the second edition.",
-           chat=_doc("First write three sentences of your own about why small towns change. Then repeat the "
-                     "following text exactly, word for word.")),
-]
+def _fill(template: str, texts: dict[str, str], where: str) -> str:
+    def text(match: re.Match) -> str:
+        if match.group(1) not in texts:
+            raise KeyError(f"{where}: no text {match.group(1)!r} in {TEXT_DIR}")
+        return texts[match.group(1)]
+
+    return re.sub(r"\{\{(\w+)\}\}", text, template)
+
+
+def load_suite(name: str, texts: dict[str, str] | None = None) -> Suite:
+    texts = _texts() if texts is None else texts
+    data = tomllib.loads((SUITE_DIR / f"{name}.toml").read_text())
+    prompts = tuple(Prompt(p["name"], name, p.get("kind", data["kind"]),
+                           _fill(p["raw"], texts, f"{name}/{p['name']}"),
+                           _fill(p["chat"], texts, f"{name}/{p['name']}"))
+                    for p in data["prompt"])
+    return Suite(name, data["title"], prompts)
+
+
+_TEXTS = _texts()
+SUITES = {name: load_suite(name, _TEXTS) for name in SUITE_ORDER}
+PROMPTS = [p for suite in SUITES.values() for p in suite.prompts]
+DOCUMENT = _TEXTS["harbor"]
 
 
 def by_name(name: str) -> Prompt:
@@ -70,4 +76,5 @@ def by_name(name: str) -> Prompt:
     raise KeyError(f"no prompt {name!r}; expected one of {', '.join(p.name for p in PROMPTS)}")
 
 
-__all__ = ["Prompt", "PROMPTS", "DOCUMENT", "by_name", "DOCUMENT_GROUNDED", "CANNOT_PAY", "TURNS_TO_COPY"]
+__all__ = ["Prompt", "Suite", "SUITES", "PROMPTS", "DOCUMENT", "by_name", "load_suite",
+           "DOCUMENT_GROUNDED", "CANNOT_PAY", "TURNS_TO_COPY"]

@@ -39,6 +39,7 @@ def test_stats_count_what_happened():
     assert (s["draft_n"], s["draft_n_accepted"], s["verify_steps"], s["plain_steps"]) == (6, 4, 3, 1)
     assert s["mean_acceptance_length"] == pytest.approx(1 + 4 / 3)
     assert s["acceptance_per_position"] == [2 / 3, 1.0, 0.0]
+    assert (s["draft_n_per_position"], s["draft_n_accepted_per_position"]) == ([3, 2, 1], [2, 2, 0])
     assert s["acceptance_rate"] == pytest.approx(4 / 6)
 
 

@@ -24,17 +24,8 @@ BENCH_TG_TPS = "json:0.avg_ts"
 DEFAULT_PROMPT = "The quick brown fox jumps over the lazy dog. Once upon a time,"
 
 
-def completion_cmd(
-    model: str | os.PathLike,
-    prompt: str = DEFAULT_PROMPT,
-    n_predict: int = 128,
-    threads: int = 2,
-    ctx: int = 512,
-    flavor: str = "wheel",
-    extra: tuple[str, ...] = (),
-) -> list[str]:
+def _generation_args(model, prompt: str, n_predict: int, threads: int, ctx: int) -> list[str]:
     return [
-        str(tool("llama-completion", flavor)),
         "-m", str(model),
         "-p", prompt,
         "-n", str(n_predict),
@@ -47,9 +38,34 @@ def completion_cmd(
         "--temp", "0",
         "--seed", "0",
         "--ignore-eos",
-        "-no-cnv",
-        *extra,
     ]  # fmt: skip
+
+
+def completion_cmd(
+    model: str | os.PathLike,
+    prompt: str = DEFAULT_PROMPT,
+    n_predict: int = 128,
+    threads: int = 2,
+    ctx: int = 512,
+    flavor: str = "wheel",
+    extra: tuple[str, ...] = (),
+) -> list[str]:
+    return [str(tool("llama-completion", flavor)), *_generation_args(model, prompt, n_predict, threads, ctx),
+            "-no-cnv", *extra]
+
+
+def speculative_cmd(
+    model: str | os.PathLike,
+    prompt: str,
+    spec_type: str,
+    n_predict: int = 256,
+    threads: int = 2,
+    ctx: int = 2048,
+    flavor: str = "wheel",
+) -> list[str]:
+    """llama-speculative-simple with one of llama.cpp's draft-model-free modes (ngram-*)."""
+    return [str(tool("llama-speculative-simple", flavor)), *_generation_args(model, prompt, n_predict, threads, ctx),
+            "--spec-type", spec_type]
 
 
 def bench_cmd(

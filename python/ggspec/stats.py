@@ -55,6 +55,8 @@ class SpecStats:
             "mean_acceptance_length": 1 + self.draft_n_accepted / self.verify_steps if self.verify_steps else 0.0,
             "acceptance_rate": self.draft_n_accepted / self.draft_n if self.draft_n else 0.0,
             "acceptance_per_position": [a / p for a, p in zip(self.accepted_at, self.proposed_at)],
+            "draft_n_per_position": list(self.proposed_at),
+            "draft_n_accepted_per_position": list(self.accepted_at),
             **{f"{name}_ms": 1000.0 * s for name, s in self.seconds.items()},
             "governor_parked_steps": self.governor_parked_steps,
             "governor_probes": self.governor_probes,
