@@ -1,5 +1,7 @@
 """On the real models, speculation changes nothing but speed: the same tokens with
-it on and off, greedy and seeded-sampled, 256 tokens on each of 10 prompts."""
+it on and off, greedy and seeded-sampled, 256 tokens on each prompt of the
+benchmark suites (bench/suites: prose, lists, documents, code edits, prose that
+turns to copying)."""
 
 import pytest
 
@@ -9,18 +11,13 @@ from bench.spec_prompts import PROMPTS
 pytestmark = pytest.mark.slow
 
 N_TOKENS = 256
-EXTRA = [  # three more, so the suite has ten: code and structured output repeat their own tokens
-    "def parse_config(path):\n    \"\"\"Read a key=value config file into a dict.\"\"\"\n",
-    '[{"name": "Ada Lorne", "role": "painter", "year": 1962}, {"name": "',
-    "| year | event |\n|---|---|\n| 1911 | ice cracks the customs house clock |\n| 1962 |",
-]
 SAMPLED = dict(temperature=0.8, top_p=0.95, top_k=40, min_p=0.05, seed=20261129)
 
 
 def prompts_for(model: ggspec.Model) -> list[tuple[str, bool]]:
     """(prompt, chat): the chat form where the model has a template."""
     chat = model.has_chat_template
-    return [(p.chat if chat else p.raw, chat) for p in PROMPTS] + [(text, False) for text in EXTRA]
+    return [(p.chat if chat else p.raw, chat) for p in PROMPTS]
 
 
 @pytest.fixture(scope="module", params=["gemma3_path", "smollm2_path"])
@@ -31,7 +28,7 @@ def model(request):
 @pytest.mark.parametrize("sampling", [dict(temperature=0), SAMPLED], ids=["greedy", "sampled"])
 def test_speculation_on_and_off_emit_the_same_tokens(model, sampling):
     cases = prompts_for(model)
-    assert len(cases) == 10
+    assert len(cases) >= 10
     accepted = 0
     for prompt, chat in cases:
         plain = ggspec.generate(model, prompt, chat=chat, max_tokens=N_TOKENS, ignore_eos=True, spec=False,
