@@ -118,6 +118,10 @@ class ReferenceModel:
         # large vocabularies (~25 s for Gemma 3's 262k tokens), so callers can share one.
         reader = model if isinstance(model, GGUFReader) else GGUFReader(model)
         self.hparams: HParams = read_hparams(reader)
+        self._load_tensors(reader)
+        self._check_tensor_names()
+
+    def _load_tensors(self, reader: GGUFReader) -> None:
         # np.array copies out of the file's memory map, once per tensor.
         self.weights = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
                         for t in reader.tensors}
@@ -125,7 +129,6 @@ class ReferenceModel:
         # Quantized matmuls work on the integer quants, as ggml's dot kernels do.
         self.quantized = {t.name: ggml_cpu.QuantizedWeight.from_gguf(t.data, t.tensor_type)
                           for t in reader.tensors if t.tensor_type not in _FLOAT_TYPES}
-        self._check_tensor_names()
 
     def _check_tensor_names(self) -> None:
         """Refuse files with tensors this forward would silently ignore (biases, rope factors, ...)."""
