@@ -82,7 +82,9 @@ def llama_run(path: str, text: str, config: Config, n: int, threads: int, ctx: i
 
 
 def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Config], rounds: int, n: int,
-               warmup: bool, progress) -> list[dict]:
+               warmup: bool, progress, max_other_cores: float | None = None, retries: int = 2) -> list[dict]:
+    """Every configuration once per round. A run during which other processes kept more
+    than max_other_cores cores busy is redone, up to `retries` times (the last try stands)."""
     text = spec_run.prompt_text(model, prompt.name)
     ids = spec_run.prompt_ids(model, prompt.name)
     if peer_tokenize(path, text) != ids:
@@ -92,13 +94,18 @@ def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Con
     for round_ in range(-1 if warmup else 0, rounds):
         shift = round_ % len(configs)
         for config in configs[shift:] + configs[:shift]:
-            if config.engine == "ggspec":
-                r = ggspec_run(model, prompt, config, n)
-            else:
-                r = llama_run(path, text, config, n, threads, ctx)
-            progress(f"{'warm-up' if round_ < 0 else f'round {round_ + 1}/{rounds}'} {config.label}: "
-                     f"{r['tokens_per_second']:.1f} tok/s ({r['wall_s']:.1f} s wall, other load "
-                     f"{r['other_cores'] or 0:.2f} cores)")
+            for attempt in range(retries + 1):
+                if config.engine == "ggspec":
+                    r = ggspec_run(model, prompt, config, n)
+                else:
+                    r = llama_run(path, text, config, n, threads, ctx)
+                disturbed = max_other_cores is not None and (r["other_cores"] or 0.0) > max_other_cores
+                progress(f"{'warm-up' if round_ < 0 else f'round {round_ + 1}/{rounds}'} {config.label}: "
+                         f"{r['tokens_per_second']:.1f} tok/s ({r['wall_s']:.1f} s wall, other load "
+                         f"{r['other_cores'] or 0:.2f} cores{', redone' if disturbed and attempt < retries else ''})")
+                if not disturbed:
+                    break
+            r["redone"] = attempt
             if round_ >= 0:
                 records.append({"suite": prompt.suite, "prompt": prompt.name, "kind": prompt.kind,
                                 "prompt_tokens": len(ids), "engine": config.engine, "config": config.name,
@@ -121,6 +128,9 @@ def main() -> None:
     p.add_argument("--modes", nargs="*", help="llama.cpp n-gram modes (default: all; --quick: ngram-simple)")
     p.add_argument("--garbage", action="store_true",
                    help="add ggspec with a drafter of random tokens (governor on) on the prompts that cannot pay")
+    p.add_argument("--max-other-cores", type=float, default=0.25,
+                   help="redo a run while other processes kept more cores than this busy (negative: never)")
+    p.add_argument("--retries", type=int, default=2, help="redos per run at most")
     p.add_argument("--out-dir", default="bench/results/suite")
     args = p.parse_args()
     n = args.n or (64 if args.quick else 256)
@@ -132,6 +142,7 @@ def main() -> None:
 
     started = time.time()
     meta = {"threads": args.threads, "n": n, "ctx": args.ctx, "rounds": args.rounds, "quick": args.quick,
+            "max_other_cores": args.max_other_cores,
             "llama_modes": list(modes), "machine": platform.processor() or platform.machine(),
             "copy_bandwidth_gbs": copy_bandwidth_gbs(args.threads), "models": {}}
     runs = []
@@ -143,7 +154,9 @@ def main() -> None:
         for i, prompt in enumerate(prompts):
             print(f"{model_name} / {prompt.suite} / {prompt.name}", flush=True)
             for record in run_prompt(model, path, prompt, configs_for(prompt, modes, args.garbage), args.rounds,
-                                     n, warmup=i == 0, progress=lambda line: print("  " + line, flush=True)):
+                                     n, warmup=i == 0, progress=lambda line: print("  " + line, flush=True),
+                                     max_other_cores=args.max_other_cores if args.max_other_cores >= 0 else None,
+                                     retries=args.retries):
                 runs.append({"model": model_name, **record})
         del model
     meta["seconds"] = time.time() - started

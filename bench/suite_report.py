@@ -127,9 +127,14 @@ def markdown(meta: dict, runs: list[dict], summary: list[dict]) -> str:
     if sums:
         lines += ["", f"ggspec's phase times (draft + verify + rollback + snapshot + commit) sum to "
                       f"{min(sums):.3f}–{max(sums):.3f} of its generation time over every run."]
-    disturbed = [r for r in summary if r["other_cores_max"] > 0.15]
+    redone = sum(r.get("redone", 0) for r in runs)
+    if redone:
+        lines += ["", f"{redone} runs were redone because other processes kept more than "
+                      f"{meta.get('max_other_cores')} cores busy meanwhile."]
+    disturbed = [r for r in summary if r["other_cores_max"] > 0.25]
     if disturbed:
-        lines += ["", f"Warning: {len(disturbed)} rows ran while other processes kept more than 0.15 cores busy."]
+        lines += ["", f"Warning: {len(disturbed)} rows include a run during which other processes kept more "
+                      "than 0.25 cores busy."]
     return "\n".join(lines) + "\n"
 
 
