@@ -11,7 +11,9 @@ llama.cpp plain (llama-completion) and llama.cpp's n-gram modes
 (llama-speculative-simple --spec-type MODE). Same GGUF, prompt tokens (checked),
 threads, context; greedy; EOS ignored. The first prompt of each model gets an
 unmeasured warm-up round. Writes DIR/runs.json (every run, with the machine's
-copy bandwidth and each model's weight bytes), DIR/table.md and DIR/*.png.
+copy bandwidth and each model's weight bytes; rewritten after every prompt, so an
+interrupted run keeps what it measured), DIR/table.md and DIR/*.png. Stops if
+ggspec's configurations disagree on the greedy output.
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ def ggspec_run(model: ggspec.Model, prompt: Prompt, config: Config, n: int) -> d
             "phase_sum_over_gen": sum(s[f"{p}_ms"] for p in PHASES) / (1000.0 * s["gen_seconds"]),
             "draft_n_per_position": s["draft_n_per_position"],
             "draft_n_accepted_per_position": s["draft_n_accepted_per_position"],
-            "governor_parked_steps": s["governor_parked_steps"], "wall_s": wall_s, "other_cores": other_cores}
+            "governor_parked_steps": s["governor_parked_steps"], "wall_s": wall_s, "other_cores": other_cores,
+            "output": result.tokens}
 
 
 def llama_run(path: str, text: str, config: Config, n: int, threads: int, ctx: int) -> dict:
@@ -84,13 +87,15 @@ def llama_run(path: str, text: str, config: Config, n: int, threads: int, ctx: i
 def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Config], rounds: int, n: int,
                warmup: bool, progress, max_other_cores: float | None = None, retries: int = 2) -> list[dict]:
     """Every configuration once per round. A run during which other processes kept more
-    than max_other_cores cores busy is redone, up to `retries` times (the last try stands)."""
+    than max_other_cores cores busy is redone, up to `retries` times (the last try stands).
+    Stops if ggspec's configurations do not all emit the same (greedy) tokens."""
     text = spec_run.prompt_text(model, prompt.name)
     ids = spec_run.prompt_ids(model, prompt.name)
     if peer_tokenize(path, text) != ids:
         raise SystemExit(f"{path} / {prompt.name}: llama.cpp tokenizes the prompt differently")
     threads, ctx = model.target.n_threads, model.n_ctx
     records = []
+    reference_output = None  # greedy: every ggspec configuration must emit the same tokens
     for round_ in range(-1 if warmup else 0, rounds):
         shift = round_ % len(configs)
         for config in configs[shift:] + configs[:shift]:
@@ -106,6 +111,11 @@ def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Con
                 if not disturbed:
                     break
             r["redone"] = attempt
+            if config.engine == "ggspec":
+                output = r.pop("output")
+                reference_output = reference_output or output
+                if output != reference_output:
+                    raise SystemExit(f"{path} / {prompt.name}: {config.label} changed the greedy output")
             if round_ >= 0:
                 records.append({"suite": prompt.suite, "prompt": prompt.name, "kind": prompt.kind,
                                 "prompt_tokens": len(ids), "engine": config.engine, "config": config.name,
@@ -145,7 +155,15 @@ def main() -> None:
             "max_other_cores": args.max_other_cores,
             "llama_modes": list(modes), "machine": platform.processor() or platform.machine(),
             "copy_bandwidth_gbs": copy_bandwidth_gbs(args.threads), "models": {}}
-    runs = []
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict] = []
+
+    def save(complete: bool) -> None:
+        # after every prompt, so that an interrupted run keeps what it measured
+        meta.update(seconds=time.time() - started, complete=complete)
+        (out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
+
     for model_name, path in model_paths().items():
         if models and model_name not in models:
             continue
@@ -158,14 +176,12 @@ def main() -> None:
                                      max_other_cores=args.max_other_cores if args.max_other_cores >= 0 else None,
                                      retries=args.retries):
                 runs.append({"model": model_name, **record})
+            save(complete=False)
         del model
-    meta["seconds"] = time.time() - started
+    save(complete=True)
 
     from bench.suite_report import write_report
 
-    out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs}, indent=1))
     for written in write_report(meta, runs, out):
         print(f"wrote {written}")
     print(f"{meta['seconds'] / 60:.1f} min")

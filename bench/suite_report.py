@@ -77,7 +77,8 @@ def markdown(meta: dict, runs: list[dict], summary: list[dict]) -> str:
         "# Speculative decoding: ggspec and llama.cpp side by side", "",
         f"{meta['threads']} threads, {meta['n']} greedy tokens per generation (EOS ignored), context {meta['ctx']}, "
         f"{meta['rounds']} rounds per prompt, configurations rotated each round; {meta['machine']}; "
-        f"run took {meta['seconds'] / 60:.1f} min. Same GGUF, same prompt tokens, same threads on both engines.", "",
+        f"run took {meta['seconds'] / 60:.1f} min{'' if meta.get('complete', True) else ' (interrupted)'}. "
+        "Same GGUF, same prompt tokens, same threads on both engines.", "",
         f"Memory bandwidth (large-array copy, read + write, {meta['threads']} threads): **{bw:.1f} GB/s**. "
         "Plain decode reads every weight once per token, so weight bytes × tokens/s is the bandwidth it "
         "achieves; speculation verifies several tokens per weight read and can go past it.", "",
