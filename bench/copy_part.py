@@ -94,7 +94,7 @@ def main() -> None:
     reference, _ = timed_generation(model, args.prompt, False, args.n)  # warm-up, and where the copy starts
     start = copy_start(ids, reference)
     if start is None or start >= args.n - COPY_RUN:
-        raise SystemExit(f"the output never copies {COPY_RUN} prompt tokens in a row: no copied part to time")
+        raise SystemExit(f"the output never repeats {COPY_RUN} earlier tokens in a row: no copied part to time")
     rates: dict[bool, list[tuple[float, float]]] = {False: [], True: []}  # copied part, part before
     for _, speculate in alternating(args.rounds, False, True):
         tokens, times = timed_generation(model, args.prompt, speculate, args.n)
