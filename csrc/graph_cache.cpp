@@ -3,6 +3,7 @@
 namespace ggspec {
 
 CachedGraph::~CachedGraph() {
+    state_commits.clear();  // they view this graph's tensors
     if (allocator) ggml_gallocr_free(allocator);
     if (ctx) ggml_free(ctx);
 }

@@ -15,6 +15,7 @@
 #include "ggml-alloc.h"
 #include "ggml.h"
 #include "models/forward_graph.h"
+#include "recurrent_state.h"
 
 namespace ggspec {
 
@@ -25,10 +26,14 @@ struct GraphKey {
     int64_t n_out = 0;  // rows through the LM head: 0, 1 (the last) or n_rows
     int top_k = 0;      // 0: full logits; k: the top k ids and logits
     std::vector<int> taps;  // layer indices; -1 = after the final norm
+    // Recurrent layers: the rows whose state the graph keeps (1: the last), and
+    // whether it also stores the last row's state as the live state.
+    int64_t state_slots = 1;
+    bool writes_state = true;
 
     bool operator<(const GraphKey & o) const {
-        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps) <
-               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps);
+        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, state_slots, writes_state) <
+               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.state_slots, o.writes_state);
     }
 };
 
@@ -43,6 +48,8 @@ struct CachedGraph {
     ggml_tensor * ids = nullptr;     // I32 [top_k, n_out]
     ggml_tensor * values = nullptr;  // [top_k, n_out]
     ggml_tensor * hidden = nullptr;  // [n_taps * n_embd, n_rows]
+    std::vector<StateSources> state_sources;  // per recurrent layer
+    std::map<int64_t, std::unique_ptr<StateCommitGraph>> state_commits;  // by row, built on first use
     uint64_t last_use = 0;
 
     CachedGraph() = default;

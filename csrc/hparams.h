@@ -1,6 +1,7 @@
 // Hyperparameters and weight handles of a decoder-only transformer, read from
 // GGUF keys named as llama.cpp names them ("{arch}.block_count", ...).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,7 +39,25 @@ struct Hparams {
     float kq_scale = 1.0f;       // softmax scale
     float final_softcap = 0.0f;  // tanh soft-capping of the logits; 0 = off
 
+    // Multi-section RoPE (qwen35's IMROPE): each token carries n_pos_per_token
+    // position ids, section-major, and rope_sections splits the rotated pairs.
+    int64_t n_pos_per_token = 1;
+    int rope_sections[4] = {0, 0, 0, 0};
+
+    // Gated DeltaNet layers (qwen35): a recurrent state instead of a KV cache.
+    std::vector<bool> is_recurrent;  // per layer; empty = none
+    int64_t ssm_conv_kernel = 0;     // Kc: the causal conv's width
+    int64_t ssm_head_dim = 0;        // dk: the k (and v) head size
+    int64_t ssm_k_heads = 0;         // Hk
+    int64_t ssm_v_heads = 0;         // Hv, a multiple of Hk
+    int64_t n_nextn = 0;             // NextN (MTP) blocks stored after the trunk's layers
+
     int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+    bool recurrent(int64_t il) const { return !is_recurrent.empty() && is_recurrent[il]; }
+    bool has_recurrent() const { return std::find(is_recurrent.begin(), is_recurrent.end(), true) != is_recurrent.end(); }
+    int64_t ssm_k_dim() const { return ssm_head_dim * ssm_k_heads; }
+    int64_t ssm_v_dim() const { return ssm_head_dim * ssm_v_heads; }
+    int64_t ssm_conv_channels() const { return 2 * ssm_k_dim() + ssm_v_dim(); }  // q, k and v go through the conv
     std::string key(const std::string & suffix) const { return arch + "." + suffix; }
 };
 
@@ -56,6 +75,17 @@ struct LayerWeights {
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;
+
+    // Gated DeltaNet (llama.cpp's names in comments)
+    ggml_tensor * ssm_in = nullptr;     // attn_qkv: [q; k; v] before the conv
+    ggml_tensor * ssm_z = nullptr;      // attn_gate: the output gate z
+    ggml_tensor * ssm_conv1d = nullptr; // [Kc, channels]
+    ggml_tensor * ssm_dt = nullptr;     // ssm_dt.bias [Hv]
+    ggml_tensor * ssm_a = nullptr;      // -exp(A_log) [Hv]
+    ggml_tensor * ssm_beta = nullptr;
+    ggml_tensor * ssm_alpha = nullptr;
+    ggml_tensor * ssm_norm = nullptr;   // [dk], shared by the heads
+    ggml_tensor * ssm_out = nullptr;
 };
 
 struct ModelWeights {

@@ -57,12 +57,15 @@ KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int6
 
     ggml_init_params params = {ggml_tensor_overhead() * 2 * (size_t) hp.n_layer, nullptr, true};
     ctx_ = ggml_init(params);
+    k_.assign(hp.n_layer, nullptr);
+    v_.assign(hp.n_layer, nullptr);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
+        if (hp.recurrent(il)) continue;  // a recurrent layer keeps its own state (recurrent_state.h)
         const int64_t n_slots = layer_uses_ring(il) ? n_slots_ring : n_slots_full_;
-        k_.push_back(ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv(), n_slots));
-        v_.push_back(ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv()));
-        ggml_format_name(k_.back(), "cache_k_l%d", (int) il);
-        ggml_format_name(v_.back(), "cache_v_l%d", (int) il);
+        k_[il] = ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv(), n_slots);
+        v_[il] = ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv());
+        ggml_format_name(k_[il], "cache_k_l%d", (int) il);
+        ggml_format_name(v_[il], "cache_v_l%d", (int) il);
     }
     buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(ctx_, ggml_backend_dev_buffer_type(dev));
     if (!buffer_) {

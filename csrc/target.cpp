@@ -42,6 +42,13 @@ ggml_type kv_type_from_name(const std::string & name) {
     throw std::invalid_argument("unsupported KV cache type '" + name + "' (use f16, bf16 or f32)");
 }
 
+Target::Rollback rollback_from_name(const std::string & name) {
+    if (name == "snapshots") return Target::Rollback::snapshots;
+    if (name == "snapshots-host") return Target::Rollback::snapshots_host;
+    if (name == "reforward") return Target::Rollback::reforward;
+    throw std::invalid_argument("unknown recurrent rollback '" + name + "' (use snapshots, snapshots-host or reforward)");
+}
+
 ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name) {
     ggml_tensor * t = ne1 > 0 ? ggml_new_tensor_2d(ctx, type, ne0, ne1) : ggml_new_tensor_1d(ctx, type, ne0);
     ggml_set_name(t, name);
@@ -60,6 +67,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt),
     if (opt.max_verify_rows <= 0) throw std::invalid_argument("max_verify_rows must be positive");
     if (opt.n_threads < 0) throw std::invalid_argument("n_threads must be >= 0");
     const ggml_type kv_type = kv_type_from_name(opt.kv_type);
+    rollback_ = rollback_from_name(opt.recurrent_rollback);
     dev_ = pick_device(opt.device);
 
     file_ = std::make_unique<ModelFile>(path);
@@ -87,6 +95,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt),
     }
     const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
+    if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_);
 }
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }
@@ -110,7 +119,7 @@ std::unique_ptr<CachedGraph> Target::build_graph(const GraphKey & key) const {
     const int64_t n = key.n_rows;
 
     cg->tokens = new_input(ctx, GGML_TYPE_I32, n, 0, "tokens");
-    cg->positions = new_input(ctx, GGML_TYPE_I32, n, 0, "positions");
+    cg->positions = new_input(ctx, GGML_TYPE_I32, n * hp_.n_pos_per_token, 0, "positions");
     auto attention_inputs = [&](int64_t n_kv, bool ring, int64_t window) {
         AttentionInputs a;
         a.mask = new_input(ctx, GGML_TYPE_F32, n_kv, n, "kq_mask");
@@ -125,9 +134,15 @@ std::unique_ptr<CachedGraph> Target::build_graph(const GraphKey & key) const {
     if (hp_.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, kv_->has_ring(), hp_.n_swa);
 
     ForwardGraph fg{ctx, hp_, w_, *kv_, n, cg->tokens, cg->positions, cg->full, cg->swa, {}, row_kernels_};
+    fg.rs = rs_.get();
+    fg.state_slots = key.state_slots;
+    fg.writes_state = key.writes_state;
     ggml_tensor * trunk = arch_->build_trunk(fg);
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
     ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
+    // after every node that reads the live state
+    for (ggml_tensor * write : fg.state_writes) ggml_build_forward_expand(cg->graph, write);
+    cg->state_sources = std::move(fg.state_sources);
 
     for (int tap : key.taps) {
         ggml_tensor * t = tap < 0 ? trunk : fg.layer_inputs[tap];
@@ -185,10 +200,15 @@ void Target::fill_attention_inputs(const AttentionInputs & in, const int32_t * p
 }
 
 void Target::fill_inputs(CachedGraph & g, const int32_t * tokens, int64_t n, int64_t pos0) {
-    positions_.resize((size_t) n);
-    std::iota(positions_.begin(), positions_.end(), (int32_t) pos0);
+    // Section-major when a token has several positions; text repeats its
+    // position in all but the last section, which stays 0 (llama.cpp's rule).
+    const int64_t sections = hp_.n_pos_per_token;
+    positions_.assign((size_t) (n * sections), 0);
+    for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
+        std::iota(positions_.begin() + s * n, positions_.begin() + (s + 1) * n, (int32_t) pos0);
+    }
     ggml_backend_tensor_set(g.tokens, tokens, 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(g.positions, positions_.data(), 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(g.positions, positions_.data(), 0, ggml_nbytes(g.positions));
     fill_attention_inputs(g.full, positions_.data(), n);
     if (g.swa.mask) fill_attention_inputs(g.swa, positions_.data(), n);
 }
@@ -248,6 +268,10 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
     check_request(req);
     const int64_t n = req.n_tokens;
     const int64_t start_len = kv_->seq_len();
+    if (rs_) settle_state(start_len);  // the last verify kept every row
+    // A verify keeps the state after each row, to roll back to without a re-forward.
+    const bool keep_rows = rs_ && req.all_rows && n <= std::min(opt_.max_verify_rows, opt_.prefill_chunk) &&
+                           rollback_ != Rollback::reforward;
     try {
         for (int64_t done = 0; done < n;) {
             const int64_t m = std::min(opt_.prefill_chunk, n - done);
@@ -259,6 +283,8 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
             key.n_out = req.all_rows ? m : (last ? 1 : 0);
             key.top_k = key.n_out > 0 ? req.top_k : 0;
             key.taps = req.taps;
+            key.state_slots = keep_rows ? m : 1;
+            key.writes_state = !keep_rows || rollback_ == Rollback::snapshots_host;
             CachedGraph & g = graphs_.get(key, [&] { return build_graph(key); });
 
             const int64_t pos0 = kv_->seq_len();
@@ -267,18 +293,98 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
             if (ggml_backend_graph_compute(backend_.get(), g.graph) != GGML_STATUS_SUCCESS) {
                 throw std::runtime_error("graph compute failed on " + device_name());
             }
+            if (rs_) {
+                state_len_ = key.writes_state ? pos0 + m : pos0;
+                pending_ = keep_rows ? PendingState{&g, pos0, m, key.writes_state} : PendingState{};
+            }
             read_outputs(g, key, done, req.all_rows ? done : 0, out);
             done += m;
         }
     } catch (...) {
         // The cache holds nothing usable past the start; rewind if the ring still allows it.
         try {
+            if (rs_) settle_state(start_len);
             kv_->rewind(start_len);
         } catch (const std::exception &) {
-            kv_->clear();
+            reset();
         }
         throw;
     }
+}
+
+void Target::rewind(int64_t length) {
+    if (length < 0 || length > kv_->seq_len()) {
+        throw std::invalid_argument("rewind length " + std::to_string(length) + " is outside [0, " +
+                                    std::to_string(kv_->seq_len()) + "]");
+    }
+    if (rs_) settle_state(length);
+    kv_->rewind(length);
+}
+
+void Target::reset() {
+    kv_->clear();
+    if (rs_) rs_->clear();
+    state_len_ = 0;
+    pending_ = {};
+}
+
+void Target::settle_state(int64_t length) {
+    if (pending_.graph) {
+        const int64_t row = length - pending_.start - 1;
+        if (row >= 0 && row < pending_.n_rows) {
+            if (!(pending_.live_is_last && row == pending_.n_rows - 1)) commit_row(row);
+            state_len_ = length;
+            pending_ = {};
+            return;
+        }
+    }
+    if (state_len_ != length) {
+        throw std::invalid_argument(
+            "cannot rewind to " + std::to_string(length) + ": this model's recurrent state is at position " +
+            std::to_string(state_len_) + " and keeps only the rows of its last verify (reset and re-forward instead)");
+    }
+    pending_ = {};
+}
+
+void Target::commit_row(int64_t row) {
+    PendingState & p = pending_;
+    if (rollback_ == Rollback::snapshots) {
+        std::unique_ptr<StateCommitGraph> & commit = p.graph->state_commits[row];
+        if (!commit) commit = std::make_unique<StateCommitGraph>(backend_.get(), *rs_, p.graph->state_sources, p.n_rows, row);
+        commit->run(backend_.get());
+    } else {
+        state_transfer_bytes_ += commit_state_through_host(*rs_, p.graph->state_sources, p.n_rows, row);
+    }
+    ++state_commits_;
+}
+
+void Target::snapshot_recurrent() {
+    if (!rs_ || rollback_ != Rollback::reforward) return;  // the verify keeps its own per-row states
+    settle_state(kv_->seq_len());
+    state_transfer_bytes_ += rs_->download(state_snapshot_);
+    snapshot_len_ = kv_->seq_len();
+}
+
+void Target::restore_recurrent() {
+    if (!rs_ || rollback_ != Rollback::reforward) return;
+    if (snapshot_len_ < 0) throw std::logic_error("restore_recurrent without a snapshot");
+    state_transfer_bytes_ += rs_->upload(state_snapshot_);
+    state_len_ = snapshot_len_;
+    pending_ = {};
+}
+
+std::vector<std::vector<float>> Target::read_recurrent_state() {
+    std::vector<std::vector<float>> out;
+    if (!rs_) return out;
+    settle_state(kv_->seq_len());
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {rs_->conv(il), rs_->ssm(il)}) {
+            if (!t) continue;
+            out.emplace_back((size_t) ggml_nelements(t));
+            ggml_backend_tensor_get(t, out.back().data(), 0, ggml_nbytes(t));
+        }
+    }
+    return out;
 }
 
 std::vector<uint8_t> quantize_rows(const std::string & type_name, const float * data, int64_t rows, int64_t n_per_row) {

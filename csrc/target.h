@@ -13,6 +13,7 @@
 #include "hparams.h"
 #include "kv_cache.h"
 #include "model_file.h"
+#include "recurrent_state.h"
 #include "models/forward_graph.h"
 
 struct ggml_threadpool;
@@ -32,6 +33,13 @@ struct TargetOptions {
     int64_t max_verify_rows = 65;      // sizes the sliding-window ring
     size_t graph_budget_bytes = size_t(1) << 30;
     bool row_kernels = true;           // ggspec's multi-row CPU kernels where they give ggml's bits
+    // How a recurrent trunk rolls back a partly accepted verify:
+    //   "snapshots":      the verify keeps the state after every row; the kept
+    //                     row's is copied into the live state on the device;
+    //   "snapshots-host": the same snapshots, copied through the host;
+    //   "reforward":      snapshot the state before the verify, restore it and
+    //                     re-forward the kept rows.
+    std::string recurrent_rollback = "snapshots";
 };
 
 // Where forward() writes its results; null fields are not requested.
@@ -62,8 +70,20 @@ public:
     // Throws (naming the problem) for a request forward() would refuse.
     void check_request(const ForwardRequest & req) const;
 
-    void rewind(int64_t length) { kv_->rewind(length); }
-    void reset() { kv_->clear(); }
+    // Keeps the first `length` positions. On a recurrent trunk the state must
+    // reach `length`: a row of the last verify, or where it already is;
+    // otherwise throws std::invalid_argument and changes nothing.
+    void rewind(int64_t length);
+    void reset();
+    // The re-forward rollback path's host copies of the recurrent state; no-ops
+    // on every other path and on attention-only trunks.
+    void snapshot_recurrent();
+    void restore_recurrent();
+    // For tests: each recurrent layer's conv and delta-rule state after seq_len()
+    // positions (settling a pending verify first, as the next forward would).
+    std::vector<std::vector<float>> read_recurrent_state();
+    // False only on the re-forward path: a rejected draft then costs a re-forward.
+    bool verify_persists_accepted_kv() const { return !rs_ || rollback_ != Rollback::reforward; }
     void ensure_capacity(int64_t n) const;
 
     const Hparams & hparams() const { return hp_; }
@@ -74,11 +94,30 @@ public:
     std::string device_name() const;
     size_t weight_bytes() const { return file_->weight_bytes(); }
     size_t kv_bytes() const { return kv_->bytes(); }
+    size_t recurrent_state_bytes() const { return rs_ ? rs_->bytes() : 0; }
+    // Recurrent-state bytes moved through ggml_backend_tensor_get/_set, and
+    // rollbacks that took a kept row's state, since the target was made.
+    uint64_t state_transfer_bytes() const { return state_transfer_bytes_; }
+    uint64_t state_commits() const { return state_commits_; }
     int n_threads() const { return n_threads_; }
     // Whether multi-row LM-head products run on ggspec's own kernel (kernels/row_matmul.h).
     bool lm_head_row_kernel() const;
 
+    enum class Rollback { snapshots, snapshots_host, reforward };
+
 private:
+    // A finished forward whose per-row states are still readable.
+    struct PendingState {
+        CachedGraph * graph = nullptr;
+        int64_t start = 0;   // sequence length before it
+        int64_t n_rows = 0;
+        bool live_is_last = false;  // the graph already stored its last row's state
+    };
+
+    // Makes the live recurrent state the state after `length` positions, or
+    // throws std::invalid_argument and changes nothing.
+    void settle_state(int64_t length);
+    void commit_row(int64_t row);
     std::unique_ptr<CachedGraph> build_graph(const GraphKey & key) const;
     void fill_inputs(CachedGraph & g, const int32_t * tokens, int64_t n, int64_t pos0);
     void fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n);
@@ -99,7 +138,15 @@ private:
     int n_threads_ = 1;
     bool row_kernels_ = false;
     std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<RecurrentState> rs_;  // null: an attention-only trunk
+    Rollback rollback_ = Rollback::snapshots;
     GraphCache graphs_;
+    PendingState pending_;
+    int64_t state_len_ = 0;  // the sequence length the live recurrent state describes
+    std::vector<uint8_t> state_snapshot_;
+    int64_t snapshot_len_ = -1;
+    uint64_t state_transfer_bytes_ = 0;
+    uint64_t state_commits_ = 0;
 
     // host staging, reused across steps
     std::vector<int32_t> positions_;

@@ -40,6 +40,7 @@ def gemma3_path() -> str:
 def tiny_model(tmp_path_factory):
     """tiny_model(arch, dtype="f32", **overrides) -> path of a GGUF written once per session."""
     from tests.fixtures.tiny_models import write_tiny_model
+    from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 
     made: dict[tuple, str] = {}
     root = tmp_path_factory.mktemp("tiny")
@@ -51,7 +52,10 @@ def tiny_model(tmp_path_factory):
             name = f"{arch}-{dtype}-{hashlib.sha1(repr(key).encode()).hexdigest()[:12]}.gguf"
             if "metadata" in overrides:
                 overrides["metadata"] = dict(overrides["metadata"])
-            made[key] = str(write_tiny_model(root / name, arch, dtype=dtype, **overrides))
+            if arch == "qwen35":
+                made[key] = str(write_tiny_qwen35(root / name, dtype=dtype, **overrides))
+            else:
+                made[key] = str(write_tiny_model(root / name, arch, dtype=dtype, **overrides))
         return made[key]
 
     return make

@@ -9,6 +9,7 @@
 #include "hparams.h"
 #include "kernels/row_matmul.h"
 #include "kv_cache.h"
+#include "recurrent_state.h"
 
 namespace ggspec {
 
@@ -29,11 +30,20 @@ struct ForwardGraph {
     const KvCache & kv;
     int64_t n_rows;
     ggml_tensor * tokens;     // I32 [n_rows]
-    ggml_tensor * positions;  // I32 [n_rows]
+    ggml_tensor * positions;  // I32 [n_rows * hp.n_pos_per_token], section-major
     AttentionInputs full;
     AttentionInputs swa;      // used by layers with hp.is_swa[il]
     std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
     bool row_kernels = false;  // weight products may run on ggspec's multi-row CPU kernel
+
+    // Recurrent layers (null rs: none). The builder records each layer's
+    // StateSources, and, when writes_state, appends the copies that store the
+    // last row's state to state_writes for the target to add to the graph.
+    const RecurrentState * rs = nullptr;
+    int64_t state_slots = 1;
+    bool writes_state = true;
+    std::vector<StateSources> state_sources;
+    std::vector<ggml_tensor *> state_writes;
 
     const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
     // A weight matrix times activations, ggml_mul_mat's bits either way (kernels/row_matmul.h).

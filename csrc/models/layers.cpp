@@ -1,5 +1,6 @@
 #include "models/layers.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace ggspec {
@@ -13,15 +14,23 @@ ggml_tensor * rms_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight) 
     return ggml_mul(g.ctx, ggml_rms_norm(g.ctx, x, g.hp.rms_eps), weight);
 }
 
-namespace {
-
 ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const Hparams & hp = g.hp;
     const bool swa = hp.is_swa[il];
-    return ggml_rope_ext(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, hp.rope_type, (int) hp.n_ctx_train,
-                         swa ? hp.rope_base_swa : hp.rope_base, swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale,
-                         /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
+    const float base = swa ? hp.rope_base_swa : hp.rope_base;
+    const float freq_scale = swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
+    if (hp.n_pos_per_token > 1) {
+        int sections[4];
+        std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
+        return ggml_rope_multi(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, sections, hp.rope_type,
+                               (int) hp.n_ctx_train, base, freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f,
+                               /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
+    }
+    return ggml_rope_ext(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, hp.rope_type, (int) hp.n_ctx_train, base,
+                         freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
 }
+
+namespace {
 
 // Writes this forward's K and V rows into the cache and returns views of the
 // first n_kv slots, shaped for attention: K [hd, n_kv, n_head_kv] and
@@ -48,6 +57,16 @@ std::pair<ggml_tensor *, ggml_tensor *> cache_kv(ForwardGraph & g, int64_t il, g
 
 }  // namespace
 
+ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+    ggml_context * ctx = g.ctx;
+    const Hparams & hp = g.hp;
+    auto [kcache, vcache] = cache_kv(g, il, k, v);
+    ggml_tensor * kq = ggml_mul_mat(ctx, kcache, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
+    kq = ggml_soft_max_ext(ctx, kq, g.attention_inputs(il).mask, hp.kq_scale, 0.0f);
+    ggml_tensor * kqv = ggml_mul_mat(ctx, vcache, kq);  // [hd, n, n_head]
+    return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim * hp.n_head, g.n_rows);
+}
+
 ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
@@ -62,13 +81,7 @@ ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     q = rope(g, il, q);
     k = rope(g, il, k);
     if (hp.q_scale != 1.0f) q = ggml_scale(ctx, q, hp.q_scale);
-
-    auto [kcache, vcache] = cache_kv(g, il, k, v);
-    ggml_tensor * kq = ggml_mul_mat(ctx, kcache, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
-    kq = ggml_soft_max_ext(ctx, kq, g.attention_inputs(il).mask, hp.kq_scale, 0.0f);
-    ggml_tensor * kqv = ggml_mul_mat(ctx, vcache, kq);  // [hd, n, n_head]
-    ggml_tensor * o = ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hd * hp.n_head, n);
-    return g.matmul(l.wo, o);
+    return g.matmul(l.wo, attend(g, il, q, k, v));
 }
 
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act) {

@@ -7,6 +7,15 @@ namespace ggspec {
 ggml_tensor * embed_tokens(ForwardGraph & g);
 ggml_tensor * rms_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight);
 
+// RoPE as the model configures it for layer il (multi-section when each
+// token carries several positions).
+ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x);
+
+// Roped q [hd, n_head, n], k [hd, n_head_kv, n] and v [hd * n_head_kv, n]:
+// writes k and v to the cache, attends over it with the layer's mask, and
+// returns the heads' outputs [hd * n_head, n] before the output projection.
+ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);
+
 // Pre-normed input -> q/k/v projections, optional per-head q/k norm, RoPE,
 // KV cache write, masked softmax attention, output projection.
 ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x);

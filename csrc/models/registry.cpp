@@ -6,8 +6,9 @@ namespace ggspec {
 extern const Architecture kLlama;
 extern const Architecture kQwen3;
 extern const Architecture kGemma3;
+extern const Architecture kQwen35;
 
-static const Architecture * const kArchitectures[] = {&kLlama, &kQwen3, &kGemma3};
+static const Architecture * const kArchitectures[] = {&kLlama, &kQwen3, &kGemma3, &kQwen35};
 
 const Architecture * find_architecture(const std::string & name) {
     for (const Architecture * a : kArchitectures) {

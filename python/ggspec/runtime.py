@@ -38,6 +38,7 @@ class SpeculativeExecution:
         self.clock = clock
         # a session's governor outlives one generation; the stats count this one's share
         self._governor_start = (self.governor.parked_steps, self.governor.probes)
+        self._state_bytes_start = target.state_transfer_bytes
         self._top_k = sampler.forward_top_k
         self._taps = tuple(speculator.hidden_layers) if speculator and speculator.needs_hidden_state else ()
         self._hidden = None  # the hidden row the last commit ended on
@@ -100,6 +101,7 @@ class SpeculativeExecution:
         self.governor.observe(bool(drafts), len(emitted), self.clock() - t0, warmup=target.graph_builds != builds)
         stats.governor_parked_steps = self.governor.parked_steps - self._governor_start[0]
         stats.governor_probes = self.governor.probes - self._governor_start[1]
+        stats.state_transfer_bytes = target.state_transfer_bytes - self._state_bytes_start
         return emitted
 
     def _draft(self, history: Sequence[int], position: int, budget: int) -> tuple[list[int], list[int] | None]:
@@ -131,13 +133,14 @@ class SpeculativeExecution:
 
     def _roll_back(self, rows: list[int], kept: int, position: int, hidden):
         target = self.target
-        target.rewind(position + kept)
         if target.verify_persists_accepted_kv:
+            target.rewind(position + kept)
             return hidden
         # The verify's state ran past the kept rows: restore the pre-verify state
         # and re-advance over the kept prefix.
         target.restore_recurrent()
         target.rewind(position)
+        self.stats.reforwards += 1
         return target.spec_forward(rows[:kept], all_logits=True, top_k=1, hidden_layers=self._taps).hidden
 
 

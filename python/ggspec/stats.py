@@ -23,6 +23,8 @@ class SpecStats:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     governor_parked_steps: int = 0
     governor_probes: int = 0
+    reforwards: int = 0             # rollbacks that re-forwarded the kept rows (a recurrent trunk's old path)
+    state_transfer_bytes: int = 0   # recurrent state moved between host and device
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False)
 
     @contextmanager
@@ -60,6 +62,10 @@ class SpecStats:
             **{f"{name}_ms": 1000.0 * s for name, s in self.seconds.items()},
             "governor_parked_steps": self.governor_parked_steps,
             "governor_probes": self.governor_probes,
+            "reforwards": self.reforwards,
+            "state_transfer_bytes": self.state_transfer_bytes,
+            "state_transfer_bytes_per_step": (self.state_transfer_bytes / (self.verify_steps + self.plain_steps)
+                                              if self.verify_steps + self.plain_steps else 0.0),
         }
 
 

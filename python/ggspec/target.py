@@ -60,10 +60,6 @@ def physical_cores() -> int:
 class Target:
     """A loaded model: the `SpeculativeTarget` the speculative runtime drives."""
 
-    #: Attention-only trunks keep the KV a verify wrote for its accepted rows,
-    #: so a rollback is a rewind and never a re-forward.
-    verify_persists_accepted_kv = True
-
     def __init__(self, core: _core.Target, path: str):
         self._core = core
         self.path = path
@@ -76,6 +72,18 @@ class Target:
     device = property(lambda self: self._core.device)
     n_threads = property(lambda self: self._core.n_threads)
     lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
+
+    @property
+    def verify_persists_accepted_kv(self) -> bool:
+        """Whether a verify leaves its accepted rows in the cache, so that a rollback
+        is a rewind and never a re-forward: always, except on a recurrent trunk's
+        "reforward" rollback path."""
+        return self._core.verify_persists_accepted_kv
+
+    @property
+    def state_transfer_bytes(self) -> int:
+        """Recurrent-state bytes moved between host and device so far (0 on the default path)."""
+        return self._core.state_transfer_bytes
 
     @property
     def cache_seq_len(self) -> int:
@@ -129,10 +137,14 @@ class Target:
         self._core.rewind(int(length))
 
     def snapshot_recurrent(self) -> None:
-        """No recurrent state in an attention-only trunk: nothing to snapshot."""
+        """Before a verify on the "reforward" path: keeps the recurrent state on the host.
+        A no-op elsewhere (a verify keeps the state after each of its rows)."""
+        self._core.snapshot_recurrent()
 
     def restore_recurrent(self) -> None:
-        """No recurrent state in an attention-only trunk: nothing to restore."""
+        """The "reforward" path's rollback: the state before the verify again (then rewind
+        to where it was and re-forward the kept rows). A no-op elsewhere."""
+        self._core.restore_recurrent()
 
     def reset(self) -> None:
         """Empties the sequence."""
@@ -141,6 +153,15 @@ class Target:
     def __repr__(self) -> str:
         return (f"Target({self.path!r}, arch={self.arch}, n_layer={self.n_layer}, n_embd={self.n_embd}, "
                 f"n_vocab={self.n_vocab}, n_ctx={self.max_context_length}, device={self.device})")
+
+
+def rollback_from_environment() -> str:
+    """The recurrent rollback path the GGSPEC_Q35_VERIFY_* switches select (for comparisons)."""
+    if os.environ.get("GGSPEC_Q35_VERIFY_SNAPSHOTS", "1") == "0":
+        return "reforward"
+    if os.environ.get("GGSPEC_Q35_VERIFY_DEFER_STATE", "1") == "0":
+        return "snapshots-host"
+    return "snapshots"
 
 
 def load(
@@ -154,6 +175,7 @@ def load(
     max_verify_rows: int = 65,
     graph_budget_mb: float = 1024.0,
     row_kernels: bool = True,
+    recurrent_rollback: str | None = None,
 ) -> Target:
     """Loads a GGUF model as a speculative-decoding target.
 
@@ -165,6 +187,11 @@ def load(
     graph_budget_mb: memory for persistent graphs; the least recently used are freed past it.
     row_kernels: on the CPU, run multi-row LM-head products on ggspec's own kernel where
     a probe finds it bit-identical to ggml's (False: ggml_mul_mat everywhere, for comparison).
+    recurrent_rollback: how a recurrent trunk (qwen35) rolls back a partly accepted verify:
+    "snapshots" (the default: the verify keeps the state after each row and the kept one is
+    copied on the device), "snapshots-host" (the same copy through the host) or "reforward"
+    (restore the pre-verify state and re-forward the kept rows). None reads
+    GGSPEC_Q35_VERIFY_SNAPSHOTS=0 (reforward) and GGSPEC_Q35_VERIFY_DEFER_STATE=0 (snapshots-host).
 
     Raises ModelFormatError for a corrupt, truncated or unsupported file.
     """
@@ -174,7 +201,8 @@ def load(
         raise ValueError(f"n_threads must be at least 1, got {threads}")
     core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
                         prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows),
-                        graph_budget_mb=float(graph_budget_mb), row_kernels=bool(row_kernels))
+                        graph_budget_mb=float(graph_budget_mb), row_kernels=bool(row_kernels),
+                        recurrent_rollback=recurrent_rollback or rollback_from_environment())
     return Target(core, path)
 
 

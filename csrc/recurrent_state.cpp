@@ -1,0 +1,150 @@
+#include "recurrent_state.h"
+
+#include "ggml-cpp.h"
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace ggspec {
+
+RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp) : hp_(hp) {
+    ggml_init_params params = {ggml_tensor_overhead() * 2 * (size_t) hp.n_layer, nullptr, true};
+    ctx_ = ggml_init(params);
+    conv_.assign(hp.n_layer, nullptr);
+    ssm_.assign(hp.n_layer, nullptr);
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        if (!hp.recurrent(il)) continue;
+        conv_[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, hp.ssm_conv_channels());
+        ssm_[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_head_dim, hp.ssm_head_dim, hp.ssm_v_heads);
+        ggml_format_name(conv_[il], "conv_state_l%d", (int) il);
+        ggml_format_name(ssm_[il], "ssm_state_l%d", (int) il);
+    }
+    buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(ctx_, ggml_backend_dev_buffer_type(dev));
+    if (!buffer_) {
+        ggml_free(ctx_);
+        throw std::runtime_error("cannot allocate the recurrent state");
+    }
+    clear();
+}
+
+RecurrentState::~RecurrentState() {
+    if (buffer_) ggml_backend_buffer_free(buffer_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+void RecurrentState::clear() { ggml_backend_buffer_clear(buffer_, 0); }
+
+size_t RecurrentState::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
+
+size_t RecurrentState::download(std::vector<uint8_t> & host) const {
+    host.clear();
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {conv_[il], ssm_[il]}) {
+            if (!t) continue;
+            const size_t at = host.size();
+            host.resize(at + ggml_nbytes(t));
+            ggml_backend_tensor_get(t, host.data() + at, 0, ggml_nbytes(t));
+        }
+    }
+    return host.size();
+}
+
+size_t RecurrentState::upload(const std::vector<uint8_t> & host) {
+    size_t at = 0;
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {conv_[il], ssm_[il]}) {
+            if (!t) continue;
+            if (at + ggml_nbytes(t) > host.size()) throw std::logic_error("recurrent state snapshot is too small");
+            ggml_backend_tensor_set(t, host.data() + at, 0, ggml_nbytes(t));
+            at += ggml_nbytes(t);
+        }
+    }
+    return at;
+}
+
+StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSources & src, int64_t n_rows,
+                           int64_t row) {
+    // Slot j of the delta net's result holds the state after row n_rows-1-j;
+    // the graph kept K = op_params[0] of them.
+    const int64_t slot = n_rows - 1 - row;
+    if (row < 0 || slot < 0 || slot >= src.kept_rows) {
+        throw std::logic_error("the state after row " + std::to_string(row) + " of " + std::to_string(n_rows) +
+                               " was not kept (" + std::to_string(src.kept_rows) + " slots)");
+    }
+    const int64_t dk = hp.ssm_head_dim, hv = hp.ssm_v_heads;
+    const size_t ssm_offset = sizeof(float) * (size_t) (dk * hv * n_rows + slot * dk * dk * hv);
+    StateViews v;
+    v.ssm = ggml_view_1d(ctx, src.delta_net, dk * dk * hv, ssm_offset);
+    // The conv window after row r: inputs r+1 .. r+Kc-1 of [state | rows].
+    v.conv = ggml_view_2d(ctx, src.conv_input, hp.ssm_conv_kernel - 1, hp.ssm_conv_channels(), src.conv_input->nb[1],
+                          sizeof(float) * (size_t) (row + 1));
+    return v;
+}
+
+StateCommitGraph::StateCommitGraph(ggml_backend_t backend, const RecurrentState & rs,
+                                   const std::vector<StateSources> & sources, int64_t n_rows, int64_t row) {
+    const size_t max_nodes = 8 * sources.size() + 8;  // two aliases, two views, two copies per layer
+    ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
+                               nullptr, true};
+    ctx_ = ggml_init(params);
+    graph_ = ggml_new_graph_custom(ctx_, max_nodes, false);
+    // Leaves that alias the forward's results: a view of the results themselves
+    // would pull the whole forward into this graph.
+    auto alias = [&](ggml_tensor * t) {
+        ggml_tensor * a = ggml_dup_tensor(ctx_, t);
+        if (ggml_backend_tensor_alloc(t->buffer, a, t->data) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("cannot alias a forward's recurrent state");
+        }
+        return a;
+    };
+    for (const StateSources & forward : sources) {
+        const StateSources src{forward.il, alias(forward.delta_net), alias(forward.conv_input), forward.kept_rows};
+        const StateViews v = state_after_row(ctx_, rs.hparams(), src, n_rows, row);
+        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.ssm, rs.ssm(src.il)));
+        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.conv, rs.conv(src.il)));
+    }
+    allocator_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
+    if (!ggml_gallocr_alloc_graph(allocator_, graph_)) throw std::runtime_error("cannot allocate a state commit graph");
+}
+
+StateCommitGraph::~StateCommitGraph() {
+    if (allocator_) ggml_gallocr_free(allocator_);
+    if (ctx_) ggml_free(ctx_);
+}
+
+void StateCommitGraph::run(ggml_backend_t backend) {
+    if (ggml_backend_graph_compute(backend, graph_) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("recurrent state commit failed");
+    }
+}
+
+size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSources> & sources, int64_t n_rows,
+                                 int64_t row) {
+    const Hparams & hp = rs.hparams();
+    const int64_t window = hp.ssm_conv_kernel - 1, channels = hp.ssm_conv_channels();
+    size_t moved = 0;
+    std::vector<float> host, window_rows((size_t) (window * channels));
+    ggml_init_params params = {ggml_tensor_overhead() * 4, nullptr, true};
+    ggml_context_ptr views(ggml_init(params));  // offsets only; nothing is computed in it
+    ggml_context * ctx = views.get();
+    for (const StateSources & src : sources) {
+        const StateViews v = state_after_row(ctx, hp, src, n_rows, row);
+        host.resize((size_t) ggml_nelements(v.ssm));
+        ggml_backend_tensor_get(src.delta_net, host.data(), v.ssm->view_offs, ggml_nbytes(v.ssm));
+        ggml_backend_tensor_set(rs.ssm(src.il), host.data(), 0, ggml_nbytes(v.ssm));
+
+        const int64_t width = src.conv_input->ne[0];
+        host.resize((size_t) (width * channels));
+        ggml_backend_tensor_get(src.conv_input, host.data(), 0, ggml_nbytes(src.conv_input));
+        for (int64_t c = 0; c < channels; ++c) {
+            std::memcpy(&window_rows[c * window], &host[c * width + row + 1], sizeof(float) * window);
+        }
+        ggml_backend_tensor_set(rs.conv(src.il), window_rows.data(), 0, ggml_nbytes(rs.conv(src.il)));
+        moved += 2 * ggml_nbytes(v.ssm) + ggml_nbytes(src.conv_input) + ggml_nbytes(rs.conv(src.il));
+        ggml_reset(ctx);
+    }
+    return moved;
+}
+
+}  // namespace ggspec

@@ -1,0 +1,85 @@
+// The recurrent state of Gated DeltaNet layers, and how a forward's per-row
+// snapshots of it become the live state.
+//
+// Per recurrent layer the state is the causal conv's last Kc-1 inputs
+// [Kc-1, channels] and the delta rule's matrix [dk, dk, Hv], both F32 on the
+// model's device. Unlike a KV cache it cannot be trimmed: rolling back a
+// rejected draft means taking the state after the last kept row, which a
+// verify forward keeps for every row (ggml_gated_delta_net's snapshot slots
+// and the conv input it read).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "hparams.h"
+
+namespace ggspec {
+
+class RecurrentState {
+public:
+    RecurrentState(ggml_backend_dev_t dev, const Hparams & hp);
+    ~RecurrentState();
+    RecurrentState(const RecurrentState &) = delete;
+    RecurrentState & operator=(const RecurrentState &) = delete;
+
+    ggml_tensor * conv(int64_t il) const { return conv_[il]; }  // [Kc-1, channels]
+    ggml_tensor * ssm(int64_t il) const { return ssm_[il]; }    // [dk, dk, Hv], ggml's transposed layout
+    const Hparams & hparams() const { return hp_; }
+
+    void clear();  // zeros: the state before the first token
+    size_t bytes() const;
+    // Whole-state copies through the host, for the re-forward rollback path.
+    // Both return the bytes moved.
+    size_t download(std::vector<uint8_t> & host) const;
+    size_t upload(const std::vector<uint8_t> & host);
+
+private:
+    const Hparams & hp_;
+    ggml_context * ctx_ = nullptr;
+    ggml_backend_buffer_t buffer_ = nullptr;
+    std::vector<ggml_tensor *> conv_, ssm_;  // null for attention layers
+};
+
+// What a forward left behind from which the state after any of its rows can
+// be taken: the delta net's result (outputs, then one snapshot slot per row,
+// newest first) and the conv input [Kc-1 + n_rows, channels].
+struct StateSources {
+    int64_t il;
+    ggml_tensor * delta_net;
+    ggml_tensor * conv_input;
+    int64_t kept_rows;  // the last rows whose state the delta net kept (its K)
+};
+
+// Views of the state after row `row` of an n_rows forward.
+struct StateViews {
+    ggml_tensor * conv;
+    ggml_tensor * ssm;
+};
+StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSources & src, int64_t n_rows, int64_t row);
+
+// A persistent graph of device-to-device copies that makes the state after
+// one row of a finished forward the live state: no host round trip.
+class StateCommitGraph {
+public:
+    StateCommitGraph(ggml_backend_t backend, const RecurrentState & rs, const std::vector<StateSources> & sources,
+                     int64_t n_rows, int64_t row);
+    ~StateCommitGraph();
+    StateCommitGraph(const StateCommitGraph &) = delete;
+    StateCommitGraph & operator=(const StateCommitGraph &) = delete;
+    void run(ggml_backend_t backend);
+
+private:
+    ggml_context * ctx_ = nullptr;
+    ggml_cgraph * graph_ = nullptr;
+    ggml_gallocr_t allocator_ = nullptr;
+};
+
+// The same through the host (tensor_get, then tensor_set): the measured
+// alternative. Returns the bytes moved.
+size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSources> & sources, int64_t n_rows,
+                                 int64_t row);
+
+}  // namespace ggspec

@@ -1,0 +1,140 @@
+"""The qwen35 hybrid target: its graphs against the NumPy reference, and rollback of
+a recurrent trunk on all three paths.
+
+Rolling back a GatedDeltaNet layer cannot trim its state the way a KV cache is
+trimmed: on the default path a verify keeps the state after every row and the kept
+row's is copied on the device ("snapshots"); "snapshots-host" copies the same through
+the host; "reforward" restores the pre-verify state and re-forwards the kept rows.
+Each must leave the state, the KV and every later logit bit-identical to plain
+one-row decoding of the kept tokens.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ggspec
+from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.reference.numpy_qwen35 import Qwen35Reference
+from tests.test_exactness import assert_bits_equal
+
+PATHS = ("snapshots", "snapshots-host", "reforward")
+TOKENS = [1] + list(range(40, 70))
+
+
+@pytest.mark.parametrize("dtype,recurrent_layers,bound", [
+    ("f32", None, 0.01), ("f16", [True, False, True, False], 0.05), ("q8_0", None, 0.3)])
+def test_logits_match_the_numpy_reference(tmp_path, dtype, recurrent_layers, bound):
+    # The reference's recurrence is plain float32 (ggml's products, not its GDN
+    # summation order), hence bounds rather than bits; a wrong formula moves logits
+    # whose spread is ~4 by whole units.
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf", dtype=dtype, recurrent_layers=recurrent_layers)
+    ours = ggspec.load(path, n_ctx=128, n_threads=2).spec_forward(TOKENS, all_logits=True).logits
+    ref, _ = Qwen35Reference(path).forward(TOKENS)
+    assert np.abs(ours - ref).max() < bound
+    assert (ours.argmax(-1) == ref.argmax(-1)).all()
+
+
+def test_state_after_a_forward_matches_the_reference(tmp_path):
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+    target = ggspec.load(path, n_ctx=128, n_threads=2)
+    target.spec_forward(TOKENS)
+    _, ref = Qwen35Reference(path).forward(TOKENS)
+    ours = iter(target._core.read_recurrent_state())
+    for states in ref["states"]:
+        if states is None:
+            continue
+        conv, ssm = np.asarray(next(ours), np.float32), np.asarray(next(ours), np.float32)
+        np.testing.assert_allclose(conv.reshape(states[-1].conv.shape), states[-1].conv, rtol=0, atol=1e-5)
+        # ggml keeps each head's S[k index][v index] transposed
+        np.testing.assert_allclose(ssm, states[-1].ssm.transpose(0, 2, 1).ravel(), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_rewind_reaches_only_rows_of_the_last_verify(tmp_path, path):
+    target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128, recurrent_rollback=path)
+    target.spec_forward(TOKENS[:10])
+    target.snapshot_recurrent()
+    target.spec_forward(TOKENS[10:15], all_logits=True)
+    with pytest.raises(ValueError, match="recurrent state"):
+        target.rewind(5)  # before the verify: no snapshot reaches it
+    assert target.cache_seq_len == 15  # nothing changed
+    if target.verify_persists_accepted_kv:
+        target.rewind(12)
+    else:
+        target.restore_recurrent()
+        target.rewind(10)
+    target.rewind(target.cache_seq_len)  # where it is: always possible
+
+
+def test_default_path_moves_no_state_through_the_host(tmp_path):
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+    moved = {}
+    for rollback in PATHS:
+        target = ggspec.load(path, n_ctx=128, recurrent_rollback=rollback)
+        target.spec_forward(TOKENS[:10])
+        target.snapshot_recurrent()
+        target.spec_forward(TOKENS[10:15], all_logits=True)
+        if target.verify_persists_accepted_kv:
+            target.rewind(12)
+        else:
+            target.restore_recurrent()
+            target.rewind(10)
+        moved[rollback] = target.state_transfer_bytes
+        assert target.verify_persists_accepted_kv == (rollback != "reforward")
+    assert moved["snapshots"] == 0
+    assert moved["snapshots-host"] > 0 and moved["reforward"] > 0
+
+
+def roll_back(target, rows, kept, position):
+    """What the runtime does (runtime.SpeculativeExecution._roll_back)."""
+    if target.verify_persists_accepted_kv:
+        target.rewind(position + kept)
+        return None
+    target.restore_recurrent()
+    target.rewind(position)
+    return target.spec_forward(rows[:kept], all_logits=True)
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory):
+    path = write_tiny_qwen35(tmp_path_factory.mktemp("q35") / "tiny.gguf", dtype="q8_0")
+    return {p: ggspec.load(path, n_ctx=256, n_threads=2, recurrent_rollback=p) for p in PATHS}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(PATHS), seed=st.integers(0, 2**32 - 1),
+       steps=st.lists(st.tuples(st.integers(0, 7), st.integers(0, 7)), min_size=1, max_size=12))
+def test_random_accept_reject_patterns_leave_plain_decoding_state(targets, path, seed, steps):
+    """steps: (drafts verified, of which accepted). Kept rows' logits, the final
+    recurrent state and a probe row after it all equal plain one-row decoding's bits."""
+    target = targets[path]
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(3, target.n_vocab, size=8 + sum(a for _, a in steps) + len(steps) + 1).tolist()
+    prompt = truth[:8]
+
+    target.reset()
+    target.spec_forward(prompt)
+    kept_logits = []
+    position = len(prompt)
+    for n_drafts, n_accepted in steps:
+        n_accepted = min(n_accepted, n_drafts)
+        kept = n_accepted + 1
+        rows = truth[position:position + kept] + rng.integers(3, target.n_vocab, size=n_drafts - n_accepted).tolist()
+        target.snapshot_recurrent()
+        out = target.spec_forward(rows, all_logits=True)
+        kept_logits.append(out.logits[:kept])
+        if kept < len(rows):
+            roll_back(target, rows, kept, position)
+        position += kept
+    state = target._core.read_recurrent_state()
+    probe = target.spec_forward(truth[position:position + 1]).logits
+
+    target.reset()
+    target.spec_forward(prompt)
+    plain = [target.spec_forward([tok]).logits for tok in truth[len(prompt):position]]
+    assert_bits_equal(np.concatenate(kept_logits), np.concatenate(plain), "kept verify rows")
+    for ours, theirs in zip(state, target._core.read_recurrent_state()):
+        assert_bits_equal(np.asarray(ours, np.float32), np.asarray(theirs, np.float32), "recurrent state")
+    assert_bits_equal(probe, target.spec_forward(truth[position:position + 1]).logits, "probe after the run")
