@@ -14,6 +14,7 @@ using namespace ggspec;
 namespace {
 
 using TokenArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+using FloatRows = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
 py::tuple target_forward(Target & t, const TokenArray & tokens, bool all_rows, const std::vector<int> & taps, int top_k) {
     if (tokens.ndim() != 1) throw std::invalid_argument("tokens must be a 1-D sequence of ids");
@@ -55,6 +56,38 @@ py::tuple target_forward(Target & t, const TokenArray & tokens, bool all_rows, c
     return py::make_tuple(logits, ids, hidden);
 }
 
+// (top-k logits [top_k], top-k ids [top_k], output hidden row [n_embd]) for the last
+// row; top_k 0 asks for nothing (a catch-up) and returns Nones.
+py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & hidden, int64_t start, int top_k) {
+    DraftHead * head = t.draft_head();
+    if (!head) throw std::invalid_argument("this model carries no draft head");
+    const int64_t n_embd = head->hparams().n_embd;
+    if (tokens.ndim() != 1 || hidden.ndim() != 2 || hidden.shape(0) != tokens.shape(0) || hidden.shape(1) != n_embd) {
+        throw std::invalid_argument("a draft head takes n token ids and an [n, " + std::to_string(n_embd) +
+                                    "] array of the hidden rows before them");
+    }
+    if (top_k < 0 || top_k > head->hparams().n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
+    ForwardOutputs out;
+    if (top_k == 0) {
+        {
+            py::gil_scoped_release release;
+            head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, 0, out);
+        }
+        return py::make_tuple(py::none(), py::none(), py::none());
+    }
+    auto values = py::array_t<float>(top_k);
+    auto ids = py::array_t<int32_t>(top_k);
+    auto out_hidden = py::array_t<float>(n_embd);
+    out.values = values.mutable_data();
+    out.ids = ids.mutable_data();
+    out.hidden = out_hidden.mutable_data();
+    {
+        py::gil_scoped_release release;
+        head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, top_k, out);
+    }
+    return py::make_tuple(values, ids, out_hidden);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -90,6 +123,13 @@ PYBIND11_MODULE(_core, m) {
              "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")
         .def("rewind", &Target::rewind, py::arg("length"))
         .def("reset", &Target::reset)
+        .def("head_forward", &head_forward, py::arg("tokens"), py::arg("hidden"), py::arg("start"), py::arg("top_k"),
+             "Draft-head rows at positions start..; returns (top-k logits, top-k ids, output hidden) of the last row.")
+        .def_property_readonly("has_draft_head", [](Target & t) { return t.draft_head() != nullptr; })
+        .def_property_readonly("head_graph_calls",
+                               [](Target & t) { return t.draft_head() ? t.draft_head()->graph_calls() : 0; })
+        .def_property_readonly("head_seq_len", [](Target & t) { return t.draft_head() ? t.draft_head()->seq_len() : 0; })
+        .def("set_recurrent_rollback", &Target::set_recurrent_rollback, py::arg("name"))
         .def("snapshot_recurrent", &Target::snapshot_recurrent)
         .def("restore_recurrent", &Target::restore_recurrent)
         .def("read_recurrent_state", &Target::read_recurrent_state,

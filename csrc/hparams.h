@@ -88,11 +88,19 @@ struct LayerWeights {
     ggml_tensor * ssm_out = nullptr;
 };
 
+// A NextN (MTP) draft head's input projection: [enorm(embedding); hnorm(hidden)] -> n_embd.
+struct NextnWeights {
+    ggml_tensor * eh_proj = nullptr;
+    ggml_tensor * enorm = nullptr;
+    ggml_tensor * hnorm = nullptr;
+};
+
 struct ModelWeights {
     ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;  // the LM head; token_embd when tied
     std::vector<LayerWeights> layers;
+    NextnWeights nextn;  // a draft head's; unset in a trunk
 };
 
 // The keys every supported architecture shares; the architecture's own

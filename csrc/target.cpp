@@ -49,18 +49,11 @@ Target::Rollback rollback_from_name(const std::string & name) {
     throw std::invalid_argument("unknown recurrent rollback '" + name + "' (use snapshots, snapshots-host or reforward)");
 }
 
-ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name) {
-    ggml_tensor * t = ne1 > 0 ? ggml_new_tensor_2d(ctx, type, ne0, ne1) : ggml_new_tensor_1d(ctx, type, ne0);
-    ggml_set_name(t, name);
-    ggml_set_input(t);
-    return t;
-}
-
 }  // namespace
 
 void ThreadpoolDeleter::operator()(ggml_threadpool * p) const { ggml_threadpool_free(p); }
 
-Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt), graphs_(opt.graph_budget_bytes) {
+Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) {
     install_ggml_log();
     if (opt.n_ctx <= 0) throw std::invalid_argument("n_ctx must be positive, got " + std::to_string(opt.n_ctx));
     if (opt.prefill_chunk <= 0) throw std::invalid_argument("prefill_chunk must be positive");
@@ -96,6 +89,14 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt),
     const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
     if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_);
+    runner_ = std::make_unique<GraphRunner>(
+        backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk, /*takes_hidden=*/false}, row_kernels_,
+        opt.graph_budget_bytes);
+    if (hp_.n_nextn > 0 && arch_->load_nextn) {
+        head_ = std::make_unique<DraftHead>(
+            dev_, backend_.get(), *file_, *arch_, hp_, w_,
+            DraftHeadOptions{opt.n_ctx, max_rows, kv_type, row_kernels_, opt.graph_budget_bytes});
+    }
 }
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }
@@ -106,142 +107,6 @@ void Target::ensure_capacity(int64_t n) const {
     if (n > n_ctx()) {
         throw ContextOverflowError("a sequence of " + std::to_string(n) + " tokens exceeds the context of " +
                                    std::to_string(n_ctx()) + " (create the target with a larger n_ctx)");
-    }
-}
-
-std::unique_ptr<CachedGraph> Target::build_graph(const GraphKey & key) const {
-    auto cg = std::make_unique<CachedGraph>();
-    const size_t max_nodes = 64 * (size_t) hp_.n_layer + 512;
-    ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
-                               nullptr, true};
-    cg->ctx = ggml_init(params);
-    ggml_context * ctx = cg->ctx;
-    const int64_t n = key.n_rows;
-
-    cg->tokens = new_input(ctx, GGML_TYPE_I32, n, 0, "tokens");
-    cg->positions = new_input(ctx, GGML_TYPE_I32, n * hp_.n_pos_per_token, 0, "positions");
-    auto attention_inputs = [&](int64_t n_kv, bool ring, int64_t window) {
-        AttentionInputs a;
-        a.mask = new_input(ctx, GGML_TYPE_F32, n_kv, n, "kq_mask");
-        a.k_idx = new_input(ctx, GGML_TYPE_I64, n, 0, "k_idx");
-        a.v_idx = new_input(ctx, GGML_TYPE_I64, n * hp_.n_embd_kv(), 0, "v_idx");
-        a.n_kv = n_kv;
-        a.ring = ring;
-        a.window = window;
-        return a;
-    };
-    cg->full = attention_inputs(key.n_kv_full, false, 0);
-    if (hp_.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, kv_->has_ring(), hp_.n_swa);
-
-    ForwardGraph fg{ctx, hp_, w_, *kv_, n, cg->tokens, cg->positions, cg->full, cg->swa, {}, row_kernels_};
-    fg.rs = rs_.get();
-    fg.state_slots = key.state_slots;
-    fg.writes_state = key.writes_state;
-    ggml_tensor * trunk = arch_->build_trunk(fg);
-    cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
-    ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
-    // after every node that reads the live state
-    for (ggml_tensor * write : fg.state_writes) ggml_build_forward_expand(cg->graph, write);
-    cg->state_sources = std::move(fg.state_sources);
-
-    for (int tap : key.taps) {
-        ggml_tensor * t = tap < 0 ? trunk : fg.layer_inputs[tap];
-        cg->hidden = cg->hidden ? ggml_concat(ctx, cg->hidden, t, 0) : t;
-    }
-    if (cg->hidden) {
-        ggml_set_output(cg->hidden);
-        ggml_build_forward_expand(cg->graph, cg->hidden);
-    }
-    if (key.n_out > 0) {
-        ggml_tensor * rows = key.n_out == n ? trunk
-                                            : ggml_view_2d(ctx, trunk, hp_.n_embd, 1, trunk->nb[1], (n - 1) * trunk->nb[1]);
-        ggml_tensor * logits = fg.matmul(w_.output, rows);
-        if (hp_.final_softcap > 0.0f) {
-            logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / hp_.final_softcap)), hp_.final_softcap);
-        }
-        if (key.top_k == 0) {
-            cg->logits = logits;
-            ggml_set_output(logits);
-            ggml_build_forward_expand(cg->graph, logits);
-        } else {
-            cg->ids = key.top_k == 1 ? ggml_reshape_2d(ctx, ggml_argmax(ctx, logits), 1, key.n_out)
-                                     : ggml_top_k(ctx, logits, key.top_k);
-            cg->values = ggml_reshape_2d(
-                ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, hp_.n_vocab, key.n_out), cg->ids), key.top_k,
-                key.n_out);
-            ggml_set_output(cg->ids);
-            ggml_set_output(cg->values);
-            ggml_build_forward_expand(cg->graph, cg->ids);
-            ggml_build_forward_expand(cg->graph, cg->values);
-        }
-    }
-    cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_.get()));
-    if (!ggml_gallocr_alloc_graph(cg->allocator, cg->graph)) {
-        throw std::runtime_error("cannot allocate a forward graph of " + std::to_string(n) + " rows on " + device_name());
-    }
-    return cg;
-}
-
-void Target::fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n) {
-    const SlotMap & slots = kv_->slots(in.ring);
-    mask_.resize((size_t) (in.n_kv * n));
-    slots.fill_mask(mask_.data(), in.n_kv, positions, n, in.window);
-    ggml_backend_tensor_set(in.mask, mask_.data(), 0, ggml_nbytes(in.mask));
-
-    const int64_t d = hp_.n_embd_kv();
-    idx_.resize((size_t) (n * d));
-    for (int64_t r = 0; r < n; ++r) idx_[r] = slots.slot(positions[r]);
-    ggml_backend_tensor_set(in.k_idx, idx_.data(), 0, ggml_nbytes(in.k_idx));
-    for (int64_t r = n - 1; r >= 0; --r) {  // backwards: idx_[r] is read before row r is overwritten
-        const int64_t slot = idx_[r];
-        for (int64_t j = d - 1; j >= 0; --j) idx_[r * d + j] = j * slots.n_slots() + slot;
-    }
-    ggml_backend_tensor_set(in.v_idx, idx_.data(), 0, ggml_nbytes(in.v_idx));
-}
-
-void Target::fill_inputs(CachedGraph & g, const int32_t * tokens, int64_t n, int64_t pos0) {
-    // Section-major when a token has several positions; text repeats its
-    // position in all but the last section, which stays 0 (llama.cpp's rule).
-    const int64_t sections = hp_.n_pos_per_token;
-    positions_.assign((size_t) (n * sections), 0);
-    for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
-        std::iota(positions_.begin() + s * n, positions_.begin() + (s + 1) * n, (int32_t) pos0);
-    }
-    ggml_backend_tensor_set(g.tokens, tokens, 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(g.positions, positions_.data(), 0, ggml_nbytes(g.positions));
-    fill_attention_inputs(g.full, positions_.data(), n);
-    if (g.swa.mask) fill_attention_inputs(g.swa, positions_.data(), n);
-}
-
-void Target::read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
-                          const ForwardOutputs & out) const {
-    if (g.hidden && out.hidden) {
-        const int64_t width = (int64_t) key.taps.size() * hp_.n_embd;
-        ggml_backend_tensor_get(g.hidden, out.hidden + row0 * width, 0, ggml_nbytes(g.hidden));
-    }
-    if (g.logits && out.logits) {
-        ggml_backend_tensor_get(g.logits, out.logits + out_row0 * hp_.n_vocab, 0, ggml_nbytes(g.logits));
-    }
-    if (g.ids && out.ids) {
-        const int k = key.top_k;
-        std::vector<int32_t> ids((size_t) (k * key.n_out));
-        std::vector<float> values(ids.size());
-        ggml_backend_tensor_get(g.ids, ids.data(), 0, ggml_nbytes(g.ids));
-        ggml_backend_tensor_get(g.values, values.data(), 0, ggml_nbytes(g.values));
-        std::vector<int> order((size_t) k);
-        for (int64_t r = 0; r < key.n_out; ++r) {
-            // ggml's top-k is unordered: best first, ties to the lower id.
-            const int32_t * rid = ids.data() + r * k;
-            const float * rval = values.data() + r * k;
-            std::iota(order.begin(), order.end(), 0);
-            std::sort(order.begin(), order.end(), [&](int a, int b) {
-                return rval[a] != rval[b] ? rval[a] > rval[b] : rid[a] < rid[b];
-            });
-            for (int j = 0; j < k; ++j) {
-                out.ids[(out_row0 + r) * k + j] = rid[order[j]];
-                if (out.values) out.values[(out_row0 + r) * k + j] = rval[order[j]];
-            }
-        }
     }
 }
 
@@ -285,19 +150,14 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
             key.taps = req.taps;
             key.state_slots = keep_rows ? m : 1;
             key.writes_state = !keep_rows || rollback_ == Rollback::snapshots_host;
-            CachedGraph & g = graphs_.get(key, [&] { return build_graph(key); });
-
             const int64_t pos0 = kv_->seq_len();
-            kv_->advance(m);
-            fill_inputs(g, req.tokens + done, m, pos0);
-            if (ggml_backend_graph_compute(backend_.get(), g.graph) != GGML_STATUS_SUCCESS) {
-                throw std::runtime_error("graph compute failed on " + device_name());
-            }
+            CachedGraph & g = runner_->prepare(key, req.tokens + done, nullptr);
+            runner_->compute(g);
             if (rs_) {
                 state_len_ = key.writes_state ? pos0 + m : pos0;
                 pending_ = keep_rows ? PendingState{&g, pos0, m, key.writes_state} : PendingState{};
             }
-            read_outputs(g, key, done, req.all_rows ? done : 0, out);
+            runner_->read_outputs(g, key, done, req.all_rows ? done : 0, out);
             done += m;
         }
     } catch (...) {
@@ -323,6 +183,7 @@ void Target::rewind(int64_t length) {
 
 void Target::reset() {
     kv_->clear();
+    if (head_) head_->reset();
     if (rs_) rs_->clear();
     state_len_ = 0;
     pending_ = {};
@@ -356,6 +217,13 @@ void Target::commit_row(int64_t row) {
         state_transfer_bytes_ += commit_state_through_host(*rs_, p.graph->state_sources, p.n_rows, row);
     }
     ++state_commits_;
+}
+
+void Target::set_recurrent_rollback(const std::string & name) {
+    const Rollback next = rollback_from_name(name);
+    if (rs_) settle_state(kv_->seq_len());
+    rollback_ = next;
+    snapshot_len_ = -1;
 }
 
 void Target::snapshot_recurrent() {

@@ -9,7 +9,8 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
-#include "graph_cache.h"
+#include "draft_head.h"
+#include "forward_runner.h"
 #include "hparams.h"
 #include "kv_cache.h"
 #include "model_file.h"
@@ -40,14 +41,6 @@ struct TargetOptions {
     //   "reforward":      snapshot the state before the verify, restore it and
     //                     re-forward the kept rows.
     std::string recurrent_rollback = "snapshots";
-};
-
-// Where forward() writes its results; null fields are not requested.
-struct ForwardOutputs {
-    float * logits = nullptr;   // [n_out, n_vocab], when top_k == 0
-    int32_t * ids = nullptr;    // [n_out, top_k], best first, when top_k > 0
-    float * values = nullptr;   // [n_out, top_k]
-    float * hidden = nullptr;   // [n_tokens, taps.size() * n_embd]
 };
 
 struct ForwardRequest {
@@ -82,6 +75,9 @@ public:
     // For tests: each recurrent layer's conv and delta-rule state after seq_len()
     // positions (settling a pending verify first, as the next forward would).
     std::vector<std::vector<float>> read_recurrent_state();
+    // Switches the rollback path (TargetOptions::recurrent_rollback) between
+    // generations: what a verify left pending is settled first.
+    void set_recurrent_rollback(const std::string & name);
     // False only on the re-forward path: a rejected draft then costs a re-forward.
     bool verify_persists_accepted_kv() const { return !rs_ || rollback_ != Rollback::reforward; }
     void ensure_capacity(int64_t n) const;
@@ -89,8 +85,9 @@ public:
     const Hparams & hparams() const { return hp_; }
     int64_t seq_len() const { return kv_->seq_len(); }
     int64_t n_ctx() const { return kv_->n_ctx(); }
-    uint64_t graph_builds() const { return graphs_.builds(); }
-    size_t graphs_cached() const { return graphs_.size(); }
+    uint64_t graph_builds() const { return runner_->builds(); }
+    size_t graphs_cached() const { return runner_->cached(); }
+    DraftHead * draft_head() { return head_.get(); }  // null: the file carries none
     std::string device_name() const;
     size_t weight_bytes() const { return file_->weight_bytes(); }
     size_t kv_bytes() const { return kv_->bytes(); }
@@ -118,12 +115,6 @@ private:
     // throws std::invalid_argument and changes nothing.
     void settle_state(int64_t length);
     void commit_row(int64_t row);
-    std::unique_ptr<CachedGraph> build_graph(const GraphKey & key) const;
-    void fill_inputs(CachedGraph & g, const int32_t * tokens, int64_t n, int64_t pos0);
-    void fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n);
-    // Hidden rows land at row0; LM-head rows at out_row0 (0 when only the last row is asked for).
-    void read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
-                      const ForwardOutputs & out) const;
 
     // Declared in the order they must be built; destroyed in reverse: the
     // graphs and the cache before the backend, the weights' file last.
@@ -140,19 +131,14 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<RecurrentState> rs_;  // null: an attention-only trunk
     Rollback rollback_ = Rollback::snapshots;
-    GraphCache graphs_;
+    std::unique_ptr<GraphRunner> runner_;
+    std::unique_ptr<DraftHead> head_;
     PendingState pending_;
     int64_t state_len_ = 0;  // the sequence length the live recurrent state describes
     std::vector<uint8_t> state_snapshot_;
     int64_t snapshot_len_ = -1;
     uint64_t state_transfer_bytes_ = 0;
     uint64_t state_commits_ = 0;
-
-    // host staging, reused across steps
-    std::vector<int32_t> positions_;
-    std::vector<float> mask_;
-    std::vector<int64_t> idx_;
-    std::vector<float> scratch_;
 };
 
 // ggml's quantization of a [rows, n_per_row] f32 matrix, for tests that write

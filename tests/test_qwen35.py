@@ -15,11 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ggspec
+from ggspec.runtime import SpeculativeExecution
+from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.speculators.draft_head import DraftHeadSpeculator
+from ggspec.speculators.ngram import NGramSpeculator
+from bench.synthetic_acceptance import SyntheticAcceptance
 from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 from tests.reference.numpy_qwen35 import Qwen35Reference
 from tests.test_exactness import assert_bits_equal
 
 PATHS = ("snapshots", "snapshots-host", "reforward")
+GREEDY = SamplerConfig(temperature=0)
 TOKENS = [1] + list(range(40, 70))
 
 
@@ -138,3 +144,115 @@ def test_random_accept_reject_patterns_leave_plain_decoding_state(targets, path,
     for ours, theirs in zip(state, target._core.read_recurrent_state()):
         assert_bits_equal(np.asarray(ours, np.float32), np.asarray(theirs, np.float32), "recurrent state")
     assert_bits_equal(probe, target.spec_forward(truth[position:position + 1]).logits, "probe after the run")
+
+
+# ---- the MTP / NextN draft head ------------------------------------------------------
+
+
+def test_draft_head_matches_the_numpy_reference(tmp_path):
+    """A catch-up over the prompt folded with the first step, then a chained step that
+    reads the head's own output row: outputs and top logits agree with the reference."""
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+    ref = Qwen35Reference(path)
+    _, hidden = ref.forward(TOKENS)
+    before = np.concatenate([np.zeros((1, hidden["final"].shape[1]), np.float32), hidden["final"][:-1]])
+    head = ggspec.load(path, n_ctx=128).draft_head
+    values, ids, row = head.draft_catch_up_and_step(TOKENS, before, 0, 10)
+    ref_logits, ref_rows = ref.mtp_forward(TOKENS, before)
+    np.testing.assert_allclose(row, ref_rows[-1], rtol=0, atol=5e-3)
+    np.testing.assert_allclose(values, np.sort(ref_logits[-1])[::-1][:10], rtol=0, atol=5e-3)
+    assert ids[0] == ref_logits[-1].argmax()
+
+    # chained: the draft at position T reads the head's own output row
+    values, ids, row = head.draft_step(int(ids[0]), row, len(TOKENS), 10)
+    ref_logits, ref_rows = ref.mtp_forward([*TOKENS, int(ref_logits[-1].argmax())], np.vstack([before, ref_rows[-1:]]))
+    np.testing.assert_allclose(row, ref_rows[-1], rtol=0, atol=5e-3)
+    assert ids[0] == ref_logits[-1].argmax()
+
+
+def test_draft_head_rows_are_batch_invariant(tmp_path):
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+    target = ggspec.load(path, n_ctx=128)
+    hidden = target.spec_forward(TOKENS, hidden_layers=["final"]).hidden
+    before = np.vstack([np.zeros((1, target.n_embd), np.float32), hidden[:-1]])
+    head = target.draft_head
+    batched = head.draft_catch_up_and_step(TOKENS, before, 0, 10)
+    for position, token in enumerate(TOKENS):
+        one = head.draft_step(token, before[position], position, 10)
+    for a, b, what in zip(batched, one, ("top logits", "top ids", "output row")):
+        assert_bits_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32), what)
+
+
+def test_draft_head_refuses_rows_past_its_positions(tmp_path):
+    head = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128).draft_head
+    with pytest.raises(ValueError, match="rows must continue them"):
+        head.draft_step(5, np.zeros(64, np.float32), 3, 10)
+
+
+def test_a_file_without_a_head_has_none(tmp_path):
+    target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf", n_nextn=0), n_ctx=128)
+    assert target.draft_head is None and target.n_layer == 4
+
+
+class RecordingHead(DraftHeadSpeculator):
+    """Keeps every proposal, to compare the folded and unfolded heads' drafts."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.proposals = []
+
+    def propose(self, ctx, out):
+        caught_up = len(self._tokens)  # rows the proposal catches up before its first step
+        n = super().propose(ctx, out)
+        self.proposals.append((caught_up, list(out[:n])))
+        return n
+
+
+def decode(target, config, prompt, n, speculator=None):
+    target.reset()
+    execution = SpeculativeExecution(target, Sampler(config, target.n_vocab), speculator)
+    tokens = [t for step in execution.generate(prompt, n) for t in step]
+    return tokens, execution.stats
+
+
+@pytest.fixture(scope="module")
+def head_targets(tmp_path_factory):
+    path = write_tiny_qwen35(tmp_path_factory.mktemp("q35h") / "tiny.gguf", dtype="q8_0")
+    return {p: ggspec.load(path, n_ctx=512, n_threads=2, recurrent_rollback=p) for p in PATHS}
+
+
+def test_folded_and_unfolded_heads_draft_the_same(head_targets):
+    """A random head's drafts are never the trunk's tokens, so the verify keeps them
+    by synthetic acceptance (the benchmarks' switch): the folded head then saves one
+    graph on every proposal that catches up accepted drafts."""
+    target = head_targets["snapshots"]
+    prompt = [1, 5, 6, 7, 8, 9, 5, 6, 7]
+    runs = {}
+    for fold in (True, False):
+        calls = target.draft_head.graph_calls
+        spec = RecordingHead(target.draft_head, target.n_embd, 3, 0.0, fold)
+        target.reset()
+        execution = SyntheticAcceptance(target, Sampler(GREEDY, target.n_vocab), spec, rate=0.6, seed=1)
+        tokens = [t for step in execution.generate(prompt, 48) for t in step]
+        runs[fold] = (tokens, spec.proposals, target.draft_head.graph_calls - calls, execution.stats)
+    assert runs[True][:2] == runs[False][:2]
+    assert runs[True][3].draft_n_accepted > 10
+    catch_ups = sum(1 for caught_up, _ in runs[True][1] if caught_up)
+    assert catch_ups > 5 and runs[False][2] - runs[True][2] == catch_ups
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=st.sampled_from(PATHS), kind=st.sampled_from(["draft-head", "ngram"]), fold=st.booleans(),
+       window=st.integers(1, 6), sampled=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_speculative_output_is_plain_output(head_targets, path, kind, fold, window, sampled, seed):
+    target = head_targets[path]
+    config = SamplerConfig(temperature=0.8, top_p=0.95, top_k=40, min_p=0.0, seed=seed) if sampled else GREEDY
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(3, target.n_vocab, size=int(rng.integers(1, 30))).tolist()
+    prompt += prompt[: len(prompt) // 2]
+    plain, _ = decode(target, config, prompt, 40)
+    speculator = (DraftHeadSpeculator(target.draft_head, target.n_embd, window, 0.0, fold) if kind == "draft-head"
+                  else NGramSpeculator(max_draft_tokens=window))
+    spec, stats = decode(target, config, prompt, 40, speculator)
+    assert spec == plain
+    assert stats.reforwards == 0 or path == "reforward"

@@ -31,6 +31,7 @@ struct ForwardGraph {
     int64_t n_rows;
     ggml_tensor * tokens;     // I32 [n_rows]
     ggml_tensor * positions;  // I32 [n_rows * hp.n_pos_per_token], section-major
+    ggml_tensor * hidden_in;  // F32 [n_embd, n_rows]: a draft head's input rows; null for a trunk
     AttentionInputs full;
     AttentionInputs swa;      // used by layers with hp.is_swa[il]
     std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
@@ -52,10 +53,16 @@ struct ForwardGraph {
 
 // An architecture: how its GGUF is read, and how its trunk is built. The
 // trunk ends after the final norm; the target adds the LM head and outputs.
+// Architectures whose files may carry NextN (MTP) draft heads also say how
+// the head is read (one block after the trunk's; what it lacks it borrows
+// from the trunk) and built (it ends after its own final norm).
 struct Architecture {
     const char * name;
     void (*load)(const class ModelFile & file, Hparams & hp, ModelWeights & w);
     ggml_tensor * (*build_trunk)(ForwardGraph & g);
+    void (*load_nextn)(const class ModelFile & file, const Hparams & trunk, const ModelWeights & trunk_w, Hparams & hp,
+                       ModelWeights & w) = nullptr;
+    ggml_tensor * (*build_nextn)(ForwardGraph & g) = nullptr;
 };
 
 const Architecture * find_architecture(const std::string & name);

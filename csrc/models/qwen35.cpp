@@ -140,8 +140,55 @@ ggml_tensor * build_qwen35_trunk(ForwardGraph & g) {
     return rms_norm(g, x, g.w.output_norm);
 }
 
+// The NextN block n_layer: a gated-attention block over
+// eh_proj([enorm(embedding); hnorm(trunk hidden)]), with its own final norm and
+// optional embeddings and LM head (the trunk's otherwise, as in llama.cpp).
+void load_qwen35_nextn(const ModelFile & f, const Hparams & trunk, const ModelWeights & trunk_w, Hparams & hp,
+                       ModelWeights & w) {
+    const int64_t e = trunk.n_embd, hd = trunk.head_dim;
+    hp = trunk;
+    hp.n_layer = 1;
+    hp.n_nextn = 0;
+    hp.is_recurrent.assign(1, false);
+    hp.is_swa.assign(1, false);
+    const std::string p = "blk." + std::to_string(trunk.n_layer) + ".";
+    w.nextn.eh_proj = f.tensor(p + "nextn.eh_proj.weight", {2 * e, e});
+    w.nextn.enorm = f.tensor(p + "nextn.enorm.weight", {e});
+    w.nextn.hnorm = f.tensor(p + "nextn.hnorm.weight", {e});
+    w.tok_embd = f.tensor_or_null(p + "nextn.embed_tokens.weight", {e, trunk.n_vocab});
+    if (!w.tok_embd) w.tok_embd = trunk_w.tok_embd;
+    w.output = f.tensor_or_null(p + "nextn.shared_head_head.weight", {e, trunk.n_vocab});
+    if (!w.output) w.output = trunk_w.output;
+    w.output_norm = f.tensor_or_null(p + "nextn.shared_head_norm.weight", {e});
+    if (!w.output_norm) w.output_norm = trunk_w.output_norm;
+
+    LayerWeights & l = w.layers.emplace_back();
+    l.attn_norm = f.tensor(p + "attn_norm.weight", {e});
+    l.ffn_norm = f.tensor(p + "post_attention_norm.weight", {e});
+    l.ffn_gate = f.tensor(p + "ffn_gate.weight", {e, hp.n_ff});
+    l.ffn_up = f.tensor(p + "ffn_up.weight", {e, hp.n_ff});
+    l.ffn_down = f.tensor(p + "ffn_down.weight", {hp.n_ff, e});
+    l.wq = f.tensor(p + "attn_q.weight", {e, 2 * hd * hp.n_head});
+    l.wk = f.tensor(p + "attn_k.weight", {e, hp.n_embd_kv()});
+    l.wv = f.tensor(p + "attn_v.weight", {e, hp.n_embd_kv()});
+    l.wo = f.tensor(p + "attn_output.weight", {hd * hp.n_head, e});
+    l.q_norm = f.tensor(p + "attn_q_norm.weight", {hd});
+    l.k_norm = f.tensor(p + "attn_k_norm.weight", {hd});
+}
+
+ggml_tensor * build_qwen35_nextn(ForwardGraph & g) {
+    const NextnWeights & n = g.w.nextn;
+    const LayerWeights & l = g.w.layers[0];
+    ggml_tensor * embedded = rms_norm(g, embed_tokens(g), n.enorm);
+    ggml_tensor * hidden = rms_norm(g, g.hidden_in, n.hnorm);
+    ggml_tensor * x = g.matmul(n.eh_proj, ggml_concat(g.ctx, embedded, hidden, 0));  // embedding first
+    x = ggml_add(g.ctx, x, gated_attention(g, 0, rms_norm(g, x, l.attn_norm)));
+    x = ggml_add(g.ctx, x, gated_ffn(g, l, rms_norm(g, x, l.ffn_norm), FfnActivation::silu));
+    return rms_norm(g, x, g.w.output_norm);
+}
+
 }  // namespace
 
-extern const Architecture kQwen35 = {"qwen35", load_qwen35, build_qwen35_trunk};
+extern const Architecture kQwen35 = {"qwen35", load_qwen35, build_qwen35_trunk, load_qwen35_nextn, build_qwen35_nextn};
 
 }  // namespace ggspec

@@ -14,6 +14,7 @@ import numpy as np
 
 from ggspec import _core
 from ggspec._core import ContextOverflowError, ModelFormatError
+from ggspec.draft_head import NextnHead
 
 Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after the final norm)
 
@@ -63,6 +64,7 @@ class Target:
     def __init__(self, core: _core.Target, path: str):
         self._core = core
         self.path = path
+        self._draft_head = None
 
     # --- shape ---------------------------------------------------------------
     arch = property(lambda self: self._core.arch)
@@ -72,6 +74,13 @@ class Target:
     device = property(lambda self: self._core.device)
     n_threads = property(lambda self: self._core.n_threads)
     lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
+
+    @property
+    def draft_head(self):
+        """The MTP/NextN head the file carries (a NextnHead), or None."""
+        if self._core.has_draft_head and self._draft_head is None:
+            self._draft_head = NextnHead(self._core)
+        return self._draft_head
 
     @property
     def verify_persists_accepted_kv(self) -> bool:
@@ -135,6 +144,10 @@ class Target:
     def rewind(self, length: int) -> None:
         """Keeps the first `length` positions of the cache and forgets the rest."""
         self._core.rewind(int(length))
+
+    def set_recurrent_rollback(self, path: str) -> None:
+        """Switches a recurrent trunk's rollback path (see load()) between generations."""
+        self._core.set_recurrent_rollback(path)
 
     def snapshot_recurrent(self) -> None:
         """Before a verify on the "reforward" path: keeps the recurrent state on the host.

@@ -1,0 +1,63 @@
+#include "draft_head.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace ggspec {
+
+DraftHead::DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, const ModelFile & file, const Architecture & arch,
+                     const Hparams & trunk, const ModelWeights & trunk_w, const DraftHeadOptions & opt)
+    : max_rows_(opt.max_rows) {
+    arch.load_nextn(file, trunk, trunk_w, hp_, w_);
+    kv_ = std::make_unique<KvCache>(dev, hp_, opt.n_ctx, opt.max_rows, opt.kv_type);
+    runner_ = std::make_unique<GraphRunner>(
+        backend, ModelBody{hp_, w_, *kv_, nullptr, arch.build_nextn, /*takes_hidden=*/true}, opt.row_kernels,
+        opt.graph_budget_bytes);
+}
+
+void DraftHead::forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
+                        const ForwardOutputs & out) {
+    if (n <= 0) throw std::invalid_argument("a draft head forward needs at least one row");
+    if (start < 0 || start > kv_->seq_len()) {
+        throw std::invalid_argument("draft head rows start at " + std::to_string(start) + ", but the head holds " +
+                                    std::to_string(kv_->seq_len()) + " positions (rows must continue them)");
+    }
+    if (start + n > kv_->n_ctx()) {
+        throw std::invalid_argument("draft head rows up to position " + std::to_string(start + n) +
+                                    " exceed the context of " + std::to_string(kv_->n_ctx()));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
+            throw std::invalid_argument("draft head token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
+        }
+    }
+    kv_->rewind(start);
+    try {
+        for (int64_t done = 0; done < n;) {
+            const int64_t m = std::min(max_rows_, n - done);
+            const bool last = done + m == n;
+            GraphKey key;
+            key.n_rows = m;
+            key.n_kv_full = kv_->n_kv_full(m);
+            key.n_out = last && top_k > 0 ? 1 : 0;
+            key.top_k = key.n_out > 0 ? top_k : 0;
+            if (last && out.hidden) key.taps = {-1};
+            CachedGraph & g = runner_->prepare(key, tokens + done, hidden + done * hp_.n_embd);
+            runner_->compute(g);
+            if (last) {
+                hidden_rows_.resize((size_t) (m * hp_.n_embd));
+                ForwardOutputs rows = out;
+                rows.hidden = out.hidden ? hidden_rows_.data() : nullptr;
+                runner_->read_outputs(g, key, 0, 0, rows);
+                if (out.hidden) std::copy(hidden_rows_.end() - hp_.n_embd, hidden_rows_.end(), out.hidden);
+            }
+            done += m;
+        }
+    } catch (...) {
+        kv_->rewind(start);
+        throw;
+    }
+}
+
+}  // namespace ggspec

@@ -1,0 +1,51 @@
+// A per-token draft head stored in the target's own GGUF (MTP / NextN): one
+// block after the trunk's that reads a token and the trunk's final hidden row
+// before it, and predicts the token after. It keeps its own KV cache and
+// borrows what it lacks (embeddings, LM head, final norm) from the trunk's
+// bound weights, never copying them.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "forward_runner.h"
+#include "kv_cache.h"
+#include "model_file.h"
+
+namespace ggspec {
+
+struct DraftHeadOptions {
+    int64_t n_ctx;
+    int64_t max_rows;      // the most rows one graph takes (longer catch-ups run in chunks)
+    ggml_type kv_type;
+    bool row_kernels;
+    size_t graph_budget_bytes;
+};
+
+class DraftHead {
+public:
+    DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, const ModelFile & file, const Architecture & arch,
+              const Hparams & trunk, const ModelWeights & trunk_w, const DraftHeadOptions & opt);
+
+    // Rows at positions start.., each a token and the hidden row before it
+    // ([n, n_embd]). The head first forgets its KV from `start` on (positions
+    // there held chained drafts). For the last row it writes the top_k ids and
+    // logits (top_k > 0) and its output hidden row (out.hidden, n_embd floats).
+    void forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
+                 const ForwardOutputs & out);
+    void reset() { kv_->clear(); }
+
+    const Hparams & hparams() const { return hp_; }
+    int64_t seq_len() const { return kv_->seq_len(); }
+    uint64_t graph_calls() const { return runner_->computes(); }
+    uint64_t graph_builds() const { return runner_->builds(); }
+
+private:
+    Hparams hp_;
+    ModelWeights w_;
+    int64_t max_rows_;
+    std::unique_ptr<KvCache> kv_;
+    std::unique_ptr<GraphRunner> runner_;
+    std::vector<float> hidden_rows_;
+};
+
+}  // namespace ggspec

@@ -1,0 +1,179 @@
+#include "forward_runner.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "ggml-alloc.h"
+
+namespace ggspec {
+
+namespace {
+
+ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name) {
+    ggml_tensor * t = ne1 > 0 ? ggml_new_tensor_2d(ctx, type, ne0, ne1) : ggml_new_tensor_1d(ctx, type, ne0);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    return t;
+}
+
+}  // namespace
+
+GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes)
+    : backend_(backend), body_(body), row_kernels_(row_kernels), graphs_(graph_budget_bytes) {}
+
+std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
+    const Hparams & hp = body_.hp;
+    const ModelWeights & w = body_.w;
+    auto cg = std::make_unique<CachedGraph>();
+    const size_t max_nodes = 64 * (size_t) hp.n_layer + 512;
+    ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
+                               nullptr, true};
+    cg->ctx = ggml_init(params);
+    ggml_context * ctx = cg->ctx;
+    const int64_t n = key.n_rows;
+
+    cg->tokens = new_input(ctx, GGML_TYPE_I32, n, 0, "tokens");
+    cg->positions = new_input(ctx, GGML_TYPE_I32, n * hp.n_pos_per_token, 0, "positions");
+    auto attention_inputs = [&](int64_t n_kv, bool ring, int64_t window) {
+        AttentionInputs a;
+        a.mask = new_input(ctx, GGML_TYPE_F32, n_kv, n, "kq_mask");
+        a.k_idx = new_input(ctx, GGML_TYPE_I64, n, 0, "k_idx");
+        a.v_idx = new_input(ctx, GGML_TYPE_I64, n * hp.n_embd_kv(), 0, "v_idx");
+        a.n_kv = n_kv;
+        a.ring = ring;
+        a.window = window;
+        return a;
+    };
+    cg->full = attention_inputs(key.n_kv_full, false, 0);
+    if (hp.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, body_.kv.has_ring(), hp.n_swa);
+
+    if (body_.takes_hidden) cg->hidden_in = new_input(ctx, GGML_TYPE_F32, hp.n_embd, n, "hidden_in");
+
+    ForwardGraph fg{ctx, hp, w, body_.kv, n, cg->tokens, cg->positions, cg->hidden_in, cg->full, cg->swa, {}, row_kernels_};
+    fg.rs = body_.rs;
+    fg.state_slots = key.state_slots;
+    fg.writes_state = key.writes_state;
+    ggml_tensor * trunk = body_.build(fg);
+    cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
+    ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
+    // after every node that reads the live state
+    for (ggml_tensor * write : fg.state_writes) ggml_build_forward_expand(cg->graph, write);
+    cg->state_sources = std::move(fg.state_sources);
+
+    for (int tap : key.taps) {
+        ggml_tensor * t = tap < 0 ? trunk : fg.layer_inputs[tap];
+        cg->hidden = cg->hidden ? ggml_concat(ctx, cg->hidden, t, 0) : t;
+    }
+    if (cg->hidden) {
+        ggml_set_output(cg->hidden);
+        ggml_build_forward_expand(cg->graph, cg->hidden);
+    }
+    if (key.n_out > 0) {
+        ggml_tensor * rows = key.n_out == n ? trunk
+                                            : ggml_view_2d(ctx, trunk, hp.n_embd, 1, trunk->nb[1], (n - 1) * trunk->nb[1]);
+        ggml_tensor * logits = fg.matmul(w.output, rows);
+        if (hp.final_softcap > 0.0f) {
+            logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / hp.final_softcap)), hp.final_softcap);
+        }
+        if (key.top_k == 0) {
+            cg->logits = logits;
+            ggml_set_output(logits);
+            ggml_build_forward_expand(cg->graph, logits);
+        } else {
+            cg->ids = key.top_k == 1 ? ggml_reshape_2d(ctx, ggml_argmax(ctx, logits), 1, key.n_out)
+                                     : ggml_top_k(ctx, logits, key.top_k);
+            cg->values = ggml_reshape_2d(
+                ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, hp.n_vocab, key.n_out), cg->ids), key.top_k,
+                key.n_out);
+            ggml_set_output(cg->ids);
+            ggml_set_output(cg->values);
+            ggml_build_forward_expand(cg->graph, cg->ids);
+            ggml_build_forward_expand(cg->graph, cg->values);
+        }
+    }
+    cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+    if (!ggml_gallocr_alloc_graph(cg->allocator, cg->graph)) {
+        throw std::runtime_error("cannot allocate a forward graph of " + std::to_string(n) + " rows on " + device_name());
+    }
+    return cg;
+}
+
+void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n) {
+    const SlotMap & slots = body_.kv.slots(in.ring);
+    mask_.resize((size_t) (in.n_kv * n));
+    slots.fill_mask(mask_.data(), in.n_kv, positions, n, in.window);
+    ggml_backend_tensor_set(in.mask, mask_.data(), 0, ggml_nbytes(in.mask));
+
+    const int64_t d = body_.hp.n_embd_kv();
+    idx_.resize((size_t) (n * d));
+    for (int64_t r = 0; r < n; ++r) idx_[r] = slots.slot(positions[r]);
+    ggml_backend_tensor_set(in.k_idx, idx_.data(), 0, ggml_nbytes(in.k_idx));
+    for (int64_t r = n - 1; r >= 0; --r) {  // backwards: idx_[r] is read before row r is overwritten
+        const int64_t slot = idx_[r];
+        for (int64_t j = d - 1; j >= 0; --j) idx_[r * d + j] = j * slots.n_slots() + slot;
+    }
+    ggml_backend_tensor_set(in.v_idx, idx_.data(), 0, ggml_nbytes(in.v_idx));
+}
+
+CachedGraph & GraphRunner::prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in) {
+    const Hparams & hp = body_.hp;
+    CachedGraph & g = graphs_.get(key, [&] { return build(key); });
+    const int64_t n = key.n_rows, pos0 = body_.kv.seq_len();
+    body_.kv.advance(n);
+    // Section-major when a token has several positions; text repeats its
+    // position in all but the last section, which stays 0 (llama.cpp's rule).
+    const int64_t sections = hp.n_pos_per_token;
+    positions_.assign((size_t) (n * sections), 0);
+    for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
+        std::iota(positions_.begin() + s * n, positions_.begin() + (s + 1) * n, (int32_t) pos0);
+    }
+    ggml_backend_tensor_set(g.tokens, tokens, 0, n * sizeof(int32_t));
+    ggml_backend_tensor_set(g.positions, positions_.data(), 0, ggml_nbytes(g.positions));
+    if (g.hidden_in) ggml_backend_tensor_set(g.hidden_in, hidden_in, 0, ggml_nbytes(g.hidden_in));
+    fill_attention_inputs(g.full, positions_.data(), n);
+    if (g.swa.mask) fill_attention_inputs(g.swa, positions_.data(), n);
+    return g;
+}
+
+void GraphRunner::compute(CachedGraph & g) {
+    if (ggml_backend_graph_compute(backend_, g.graph) != GGML_STATUS_SUCCESS) {
+        throw std::runtime_error("graph compute failed on " + device_name());
+    }
+    ++computes_;
+}
+
+void GraphRunner::read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
+                          const ForwardOutputs & out) const {
+    const Hparams & hp = body_.hp;
+    if (g.hidden && out.hidden) {
+        const int64_t width = (int64_t) key.taps.size() * hp.n_embd;
+        ggml_backend_tensor_get(g.hidden, out.hidden + row0 * width, 0, ggml_nbytes(g.hidden));
+    }
+    if (g.logits && out.logits) {
+        ggml_backend_tensor_get(g.logits, out.logits + out_row0 * hp.n_vocab, 0, ggml_nbytes(g.logits));
+    }
+    if (g.ids && out.ids) {
+        const int k = key.top_k;
+        std::vector<int32_t> ids((size_t) (k * key.n_out));
+        std::vector<float> values(ids.size());
+        ggml_backend_tensor_get(g.ids, ids.data(), 0, ggml_nbytes(g.ids));
+        ggml_backend_tensor_get(g.values, values.data(), 0, ggml_nbytes(g.values));
+        std::vector<int> order((size_t) k);
+        for (int64_t r = 0; r < key.n_out; ++r) {
+            // ggml's top-k is unordered: best first, ties to the lower id.
+            const int32_t * rid = ids.data() + r * k;
+            const float * rval = values.data() + r * k;
+            std::iota(order.begin(), order.end(), 0);
+            std::sort(order.begin(), order.end(), [&](int a, int b) {
+                return rval[a] != rval[b] ? rval[a] > rval[b] : rid[a] < rid[b];
+            });
+            for (int j = 0; j < k; ++j) {
+                out.ids[(out_row0 + r) * k + j] = rid[order[j]];
+                if (out.values) out.values[(out_row0 + r) * k + j] = rval[order[j]];
+            }
+        }
+    }
+}
+
+}  // namespace ggspec

@@ -1,0 +1,72 @@
+// Runs the persistent forward graphs of one model body (a trunk, or a draft
+// head) over its caches: builds each graph shape once (graph_cache.h), fills a
+// step's positions, masks, cache slots and inputs, computes, and copies the
+// requested outputs out. Policy (chunking, rollback) stays with the caller.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "graph_cache.h"
+#include "kv_cache.h"
+#include "models/forward_graph.h"
+#include "recurrent_state.h"
+
+namespace ggspec {
+
+// Where read_outputs writes; null fields are not requested.
+struct ForwardOutputs {
+    float * logits = nullptr;   // [n_out, n_vocab], when top_k == 0
+    int32_t * ids = nullptr;    // [n_out, top_k], best first, when top_k > 0
+    float * values = nullptr;   // [n_out, top_k]
+    float * hidden = nullptr;   // [n_rows, taps.size() * n_embd]
+};
+
+// A body's graph builder: the rows' hidden states after its final norm.
+using BuildBody = ggml_tensor * (*)(ForwardGraph & g);
+
+struct ModelBody {
+    const Hparams & hp;
+    const ModelWeights & w;
+    KvCache & kv;
+    const RecurrentState * rs;  // null: no recurrent layers
+    BuildBody build;
+    bool takes_hidden;          // a draft head: each row also reads a hidden row of n_embd
+};
+
+class GraphRunner {
+public:
+    GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes);
+
+    // The graph for `key` with its inputs set for key.n_rows rows at positions
+    // kv.seq_len().., which it advances past them. hidden_in: [n_rows, n_embd]
+    // when the body takes hidden rows.
+    CachedGraph & prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in);
+    void compute(CachedGraph & g);
+    // Hidden rows land at row0; LM-head rows at out_row0.
+    void read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
+                      const ForwardOutputs & out) const;
+
+    uint64_t builds() const { return graphs_.builds(); }
+    size_t cached() const { return graphs_.size(); }
+    uint64_t computes() const { return computes_; }
+
+private:
+    std::unique_ptr<CachedGraph> build(const GraphKey & key) const;
+    void fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n);
+    std::string device_name() const { return ggml_backend_name(backend_); }
+
+    ggml_backend_t backend_;
+    ModelBody body_;
+    bool row_kernels_;
+    GraphCache graphs_;
+    uint64_t computes_ = 0;
+
+    // host staging, reused across steps
+    std::vector<int32_t> positions_;
+    std::vector<float> mask_;
+    std::vector<int64_t> idx_;
+};
+
+}  // namespace ggspec

@@ -1,0 +1,46 @@
+"""A per-token draft head carried by the target's own GGUF (MTP / NextN).
+
+The head row for the token at position q reads that token and the trunk's final
+hidden row at q - 1 (or, for a chained draft, the head's own output row), and
+predicts the token at q + 1. Its weights are the file's block n_layer; what it
+lacks it borrows from the trunk in the C++ core.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ggspec.speculators.base import DraftHeadKind
+
+Step = tuple[np.ndarray, np.ndarray, np.ndarray]  # top-k logits, top-k ids (best first), output hidden row
+
+
+class NextnHead:
+    kind = DraftHeadKind.PER_TOKEN
+
+    def __init__(self, core):
+        self._core = core
+
+    def draft_catch_up(self, tokens: Sequence[int], hidden: np.ndarray, start: int) -> None:
+        """Rows with exact inputs (committed tokens, the trunk's rows before them) into the
+        head's KV at positions start..; forgets what the head held from `start` on."""
+        self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), 0)
+
+    def draft_step(self, token: int, hidden_row: np.ndarray, position: int, top_k: int) -> Step:
+        """One row: `token` at `position`, reading hidden_row [n_embd]."""
+        return self._core.head_forward(np.asarray([token], np.int32), hidden_row.reshape(1, -1), int(position),
+                                       int(top_k))
+
+    def draft_catch_up_and_step(self, tokens: Sequence[int], hidden: np.ndarray, start: int, top_k: int) -> Step:
+        """The catch-up over all but the last row and the step on the last, as ONE graph."""
+        return self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), int(top_k))
+
+    @property
+    def graph_calls(self) -> int:
+        """Head graphs computed so far (a catch-up longer than one graph counts each chunk)."""
+        return self._core.head_graph_calls
+
+
+__all__ = ["NextnHead"]
