@@ -93,6 +93,20 @@ def test_default_path_moves_no_state_through_the_host(tmp_path):
     assert moved["snapshots-host"] > 0 and moved["reforward"] > 0
 
 
+@pytest.mark.parametrize("env,path", [({}, "snapshots"), ({"GGSPEC_Q35_VERIFY_SNAPSHOTS": "0"}, "reforward"),
+                                      ({"GGSPEC_Q35_VERIFY_DEFER_STATE": "0"}, "snapshots-host")])
+def test_environment_switches_select_the_old_paths(tmp_path, monkeypatch, env, path):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=64)
+    target.spec_forward(TOKENS[:4])
+    target.snapshot_recurrent()
+    target.spec_forward(TOKENS[4:8], all_logits=True)
+    roll_back(target, TOKENS[4:8], 2, 4)
+    assert target.verify_persists_accepted_kv == (path != "reforward")
+    assert (target.state_transfer_bytes > 0) == (path != "snapshots")
+
+
 def roll_back(target, rows, kept, position):
     """What the runtime does (runtime.SpeculativeExecution._roll_back)."""
     if target.verify_persists_accepted_kv:
@@ -255,4 +269,5 @@ def test_speculative_output_is_plain_output(head_targets, path, kind, fold, wind
                   else NGramSpeculator(max_draft_tokens=window))
     spec, stats = decode(target, config, prompt, 40, speculator)
     assert spec == plain
-    assert stats.reforwards == 0 or path == "reforward"
+    if path == "snapshots":  # the default path: no re-forward, no state through the host
+        assert stats.reforwards == 0 and stats.state_transfer_bytes == 0
