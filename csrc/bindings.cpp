@@ -88,6 +88,36 @@ py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & 
     return py::make_tuple(values, ids, out_hidden);
 }
 
+BlockDrafter & drafter_of(Target & t) {
+    if (!t.block_drafter()) throw std::invalid_argument("no block drafter is attached");
+    return *t.block_drafter();
+}
+
+void drafter_inject(Target & t, const FloatRows & features, int64_t start) {
+    BlockDrafter & d = drafter_of(t);
+    const int64_t width = (int64_t) d.params().target_layers.size() * t.hparams().n_embd;
+    if (features.ndim() != 2 || features.shape(1) != width) {
+        throw std::invalid_argument("the drafter takes [n, " + std::to_string(width) + "] rows of target features");
+    }
+    py::gil_scoped_release release;
+    d.inject(features.data(), features.shape(0), start);
+}
+
+// (top-k logits [n_block - 1, top_k], top-k ids) of the block's MASK rows.
+py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_block, int top_k) {
+    BlockDrafter & d = drafter_of(t);
+    const int64_t rows = std::max<int64_t>(0, n_block - 1);
+    auto values = py::array_t<float>({rows, (int64_t) top_k});
+    auto ids = py::array_t<int32_t>({rows, (int64_t) top_k});
+    int32_t * id_data = ids.mutable_data();
+    float * value_data = values.mutable_data();
+    {
+        py::gil_scoped_release release;
+        d.draft(anchor, pos0, n_block, top_k, id_data, value_data);
+    }
+    return py::make_tuple(values, ids);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -129,6 +159,16 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("head_graph_calls",
                                [](Target & t) { return t.draft_head() ? t.draft_head()->graph_calls() : 0; })
         .def_property_readonly("head_seq_len", [](Target & t) { return t.draft_head() ? t.draft_head()->seq_len() : 0; })
+        .def("attach_drafter", &Target::attach_drafter, py::arg("path"), py::call_guard<py::gil_scoped_release>())
+        .def("drafter_inject", &drafter_inject, py::arg("features"), py::arg("start"))
+        .def("drafter_draft", &drafter_draft, py::arg("anchor"), py::arg("pos0"), py::arg("n_block"), py::arg("top_k"))
+        .def_property_readonly("has_block_drafter", [](Target & t) { return t.block_drafter() != nullptr; })
+        .def_property_readonly("drafter_path", [](Target & t) { return drafter_of(t).path(); })
+        .def_property_readonly("drafter_target_layers", [](Target & t) { return drafter_of(t).params().target_layers; })
+        .def_property_readonly("drafter_block_size", [](Target & t) { return drafter_of(t).params().block_size; })
+        .def_property_readonly("drafter_mask_token", [](Target & t) { return drafter_of(t).params().mask_token; })
+        .def_property_readonly("drafter_seq_len", [](Target & t) { return drafter_of(t).seq_len(); })
+        .def_property_readonly("drafter_graph_calls", [](Target & t) { return drafter_of(t).graph_calls(); })
         .def("set_recurrent_rollback", &Target::set_recurrent_rollback, py::arg("name"))
         .def("snapshot_recurrent", &Target::snapshot_recurrent)
         .def("restore_recurrent", &Target::restore_recurrent)

@@ -7,12 +7,12 @@
 namespace ggspec {
 
 DraftHead::DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, const ModelFile & file, const Architecture & arch,
-                     const Hparams & trunk, const ModelWeights & trunk_w, const DraftHeadOptions & opt)
+                     const Hparams & trunk, const ModelWeights & trunk_w, const DrafterOptions & opt)
     : max_rows_(opt.max_rows) {
     arch.load_nextn(file, trunk, trunk_w, hp_, w_);
     kv_ = std::make_unique<KvCache>(dev, hp_, opt.n_ctx, opt.max_rows, opt.kv_type);
     runner_ = std::make_unique<GraphRunner>(
-        backend, ModelBody{hp_, w_, *kv_, nullptr, arch.build_nextn, /*takes_hidden=*/true}, opt.row_kernels,
+        backend, ModelBody{hp_, w_, *kv_, nullptr, arch.build_nextn, /*hidden_width=*/hp_.n_embd}, opt.row_kernels,
         opt.graph_budget_bytes);
 }
 

@@ -13,7 +13,7 @@
 
 namespace ggspec {
 
-struct DraftHeadOptions {
+struct DrafterOptions {
     int64_t n_ctx;
     int64_t max_rows;      // the most rows one graph takes (longer catch-ups run in chunks)
     ggml_type kv_type;
@@ -24,7 +24,7 @@ struct DraftHeadOptions {
 class DraftHead {
 public:
     DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, const ModelFile & file, const Architecture & arch,
-              const Hparams & trunk, const ModelWeights & trunk_w, const DraftHeadOptions & opt);
+              const Hparams & trunk, const ModelWeights & trunk_w, const DrafterOptions & opt);
 
     // Rows at positions start.., each a token and the hidden row before it
     // ([n, n_embd]). The head first forgets its KV from `start` on (positions

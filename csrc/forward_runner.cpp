@@ -17,6 +17,12 @@ ggml_tensor * new_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t
     return t;
 }
 
+// Inputs a graph does not use (an injection pass reads no token ids and no
+// mask) were never allocated: there is nothing to set.
+void set_input(ggml_tensor * t, const void * data) {
+    if (t && t->buffer) ggml_backend_tensor_set(t, data, 0, ggml_nbytes(t));
+}
+
 }  // namespace
 
 GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes)
@@ -48,7 +54,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     cg->full = attention_inputs(key.n_kv_full, false, 0);
     if (hp.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, body_.kv.has_ring(), hp.n_swa);
 
-    if (body_.takes_hidden) cg->hidden_in = new_input(ctx, GGML_TYPE_F32, hp.n_embd, n, "hidden_in");
+    if (body_.hidden_width > 0) cg->hidden_in = new_input(ctx, GGML_TYPE_F32, body_.hidden_width, n, "hidden_in");
 
     ForwardGraph fg{ctx, hp, w, body_.kv, n, cg->tokens, cg->positions, cg->hidden_in, cg->full, cg->swa, {}, row_kernels_};
     fg.rs = body_.rs;
@@ -58,7 +64,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
     ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
     // after every node that reads the live state
-    for (ggml_tensor * write : fg.state_writes) ggml_build_forward_expand(cg->graph, write);
+    for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
     cg->state_sources = std::move(fg.state_sources);
 
     for (int tap : key.taps) {
@@ -102,18 +108,19 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
 void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n) {
     const SlotMap & slots = body_.kv.slots(in.ring);
     mask_.resize((size_t) (in.n_kv * n));
-    slots.fill_mask(mask_.data(), in.n_kv, positions, n, in.window);
-    ggml_backend_tensor_set(in.mask, mask_.data(), 0, ggml_nbytes(in.mask));
+    // a non-causal body's rows see up to the forward's last position
+    slots.fill_mask(mask_.data(), in.n_kv, positions, n, in.window, body_.causal ? -1 : positions[n - 1]);
+    set_input(in.mask, mask_.data());
 
     const int64_t d = body_.hp.n_embd_kv();
     idx_.resize((size_t) (n * d));
     for (int64_t r = 0; r < n; ++r) idx_[r] = slots.slot(positions[r]);
-    ggml_backend_tensor_set(in.k_idx, idx_.data(), 0, ggml_nbytes(in.k_idx));
+    set_input(in.k_idx, idx_.data());
     for (int64_t r = n - 1; r >= 0; --r) {  // backwards: idx_[r] is read before row r is overwritten
         const int64_t slot = idx_[r];
         for (int64_t j = d - 1; j >= 0; --j) idx_[r * d + j] = j * slots.n_slots() + slot;
     }
-    ggml_backend_tensor_set(in.v_idx, idx_.data(), 0, ggml_nbytes(in.v_idx));
+    set_input(in.v_idx, idx_.data());
 }
 
 CachedGraph & GraphRunner::prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in) {
@@ -128,9 +135,9 @@ CachedGraph & GraphRunner::prepare(const GraphKey & key, const int32_t * tokens,
     for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
         std::iota(positions_.begin() + s * n, positions_.begin() + (s + 1) * n, (int32_t) pos0);
     }
-    ggml_backend_tensor_set(g.tokens, tokens, 0, n * sizeof(int32_t));
-    ggml_backend_tensor_set(g.positions, positions_.data(), 0, ggml_nbytes(g.positions));
-    if (g.hidden_in) ggml_backend_tensor_set(g.hidden_in, hidden_in, 0, ggml_nbytes(g.hidden_in));
+    set_input(g.tokens, tokens);
+    set_input(g.positions, positions_.data());
+    set_input(g.hidden_in, hidden_in);
     fill_attention_inputs(g.full, positions_.data(), n);
     if (g.swa.mask) fill_attention_inputs(g.swa, positions_.data(), n);
     return g;

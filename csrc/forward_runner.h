@@ -4,6 +4,7 @@
 // requested outputs out. Policy (chunking, rollback) stays with the caller.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,7 +25,7 @@ struct ForwardOutputs {
 };
 
 // A body's graph builder: the rows' hidden states after its final norm.
-using BuildBody = ggml_tensor * (*)(ForwardGraph & g);
+using BuildBody = std::function<ggml_tensor *(ForwardGraph & g)>;
 
 struct ModelBody {
     const Hparams & hp;
@@ -32,7 +33,8 @@ struct ModelBody {
     KvCache & kv;
     const RecurrentState * rs;  // null: no recurrent layers
     BuildBody build;
-    bool takes_hidden;          // a draft head: each row also reads a hidden row of n_embd
+    int64_t hidden_width = 0;   // a drafter's: each row also reads a hidden row this wide (0: none)
+    bool causal = true;         // false: every row also sees the forward's later rows (a block drafter)
 };
 
 class GraphRunner {
@@ -40,8 +42,8 @@ public:
     GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes);
 
     // The graph for `key` with its inputs set for key.n_rows rows at positions
-    // kv.seq_len().., which it advances past them. hidden_in: [n_rows, n_embd]
-    // when the body takes hidden rows.
+    // kv.seq_len().., which it advances past them. hidden_in: [n_rows,
+    // hidden_width] when the body takes hidden rows.
     CachedGraph & prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in);
     void compute(CachedGraph & g);
     // Hidden rows land at row0; LM-head rows at out_row0.

@@ -43,7 +43,7 @@ struct CachedGraph {
     ggml_gallocr_t allocator = nullptr;
     ggml_tensor * tokens = nullptr;
     ggml_tensor * positions = nullptr;
-    ggml_tensor * hidden_in = nullptr;  // F32 [n_embd, n_rows], a draft head's
+    ggml_tensor * hidden_in = nullptr;  // F32 [hidden width, n_rows], a drafter's
     AttentionInputs full, swa;
     ggml_tensor * logits = nullptr;  // [n_vocab, n_out]
     ggml_tensor * ids = nullptr;     // I32 [top_k, n_out]

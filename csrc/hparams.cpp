@@ -64,9 +64,9 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
     hp.rope_freq_scale = rope_factor == 0.0 ? 1.0f : (float) (1.0 / rope_factor);
     hp.kq_scale = 1.0f / std::sqrt((float) hp.head_dim);
     hp.is_swa.assign(hp.n_layer, false);
+    // A drafter may borrow its target's embeddings: then its loader sets n_vocab.
     const ggml_tensor * embd = f.find_tensor("token_embd.weight");
-    if (!embd) throw ModelFormatError("GGUF '" + f.path() + "' lacks the tensor 'token_embd.weight'");
-    hp.n_vocab = embd->ne[1];
+    hp.n_vocab = embd ? embd->ne[1] : 0;
     return hp;
 }
 

@@ -33,13 +33,15 @@ void SlotMap::write(int64_t pos) {
     pos_[s] = pos;
 }
 
-void SlotMap::fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window) const {
+void SlotMap::fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window,
+                        int64_t horizon) const {
     for (int64_t r = 0; r < n_rows; ++r) {
         const int64_t p = positions[r];
+        const int64_t last = horizon >= 0 ? horizon : p;
         float * row = mask + r * n_kv;
         for (int64_t s = 0; s < n_kv; ++s) {
             const int64_t q = pos_[s];
-            const bool visible = q >= 0 && q <= p && (window <= 0 || p - q < window);
+            const bool visible = q >= 0 && q <= last && (window <= 0 || p - q < window);
             row[s] = visible ? 0.0f : -INFINITY;
         }
     }

@@ -39,7 +39,9 @@ public:
     void clear();
     // mask[r * n_kv + s]: 0 where row r (at positions[r]) may attend slot s, else
     // -inf. A window w > 0 hides positions p' with p - p' >= w (llama.cpp's rule).
-    void fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window) const;
+    // horizon >= 0 makes the rows non-causal: each sees every position up to it.
+    void fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window,
+                   int64_t horizon = -1) const;
 
 private:
     int64_t n_slots_ = 0;
@@ -71,6 +73,9 @@ public:
 
     // Records that positions [seq_len, seq_len + n) are being written.
     void advance(int64_t n);
+    // Moves past n positions that stay empty (masked): a drafter that never
+    // saw a reused prefix.
+    void skip(int64_t n) { seq_len_ += n; }
     void rewind(int64_t length);
     void clear();
     size_t bytes() const;

@@ -130,6 +130,10 @@ bool ModelFile::is_array(const std::string & key) const {
     return id >= 0 && gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY;
 }
 
+size_t ModelFile::array_size(const std::string & key) const {
+    return is_array(key) ? gguf_get_arr_n(gguf_, key_id(key)) : 0;
+}
+
 std::string ModelFile::get_str(const std::string & key) const {
     const int id = key_id(key);
     if (id < 0) throw ModelFormatError("GGUF '" + path_ + "' lacks the key '" + key + "'");

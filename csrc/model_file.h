@@ -29,6 +29,7 @@ public:
     double get_float(const std::string & key, double fallback) const;  // f32/f64 or integer
     std::vector<int64_t> get_int_array(const std::string & key) const;
     bool is_array(const std::string & key) const;
+    size_t array_size(const std::string & key) const;  // 0 when absent or not an array
 
     // A tensor's metadata (data not yet bound). Throws naming the tensor when
     // it is missing or its shape differs from `ne` (trailing 1s may be omitted).

@@ -90,13 +90,21 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
     if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_);
     runner_ = std::make_unique<GraphRunner>(
-        backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk, /*takes_hidden=*/false}, row_kernels_,
+        backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk}, row_kernels_,
         opt.graph_budget_bytes);
     if (hp_.n_nextn > 0 && arch_->load_nextn) {
-        head_ = std::make_unique<DraftHead>(
-            dev_, backend_.get(), *file_, *arch_, hp_, w_,
-            DraftHeadOptions{opt.n_ctx, max_rows, kv_type, row_kernels_, opt.graph_budget_bytes});
+        head_ = std::make_unique<DraftHead>(dev_, backend_.get(), *file_, *arch_, hp_, w_, drafter_options());
     }
+}
+
+DrafterOptions Target::drafter_options() const {
+    return DrafterOptions{opt_.n_ctx, std::max(opt_.prefill_chunk, opt_.max_verify_rows),
+                          kv_type_from_name(opt_.kv_type), row_kernels_, opt_.graph_budget_bytes};
+}
+
+void Target::attach_drafter(const std::string & path) {
+    drafter_.reset();  // its memory first
+    drafter_ = std::make_unique<BlockDrafter>(path, dev_, backend_.get(), hp_, w_, drafter_options());
 }
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }
@@ -184,6 +192,7 @@ void Target::rewind(int64_t length) {
 void Target::reset() {
     kv_->clear();
     if (head_) head_->reset();
+    if (drafter_) drafter_->reset();
     if (rs_) rs_->clear();
     state_len_ = 0;
     pending_ = {};

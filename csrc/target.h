@@ -9,6 +9,7 @@
 
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
+#include "block_drafter.h"
 #include "draft_head.h"
 #include "forward_runner.h"
 #include "hparams.h"
@@ -88,6 +89,9 @@ public:
     uint64_t graph_builds() const { return runner_->builds(); }
     size_t graphs_cached() const { return runner_->cached(); }
     DraftHead * draft_head() { return head_.get(); }  // null: the file carries none
+    // Attaches a block drafter (DFlash) from its own GGUF, replacing any before.
+    void attach_drafter(const std::string & path);
+    BlockDrafter * block_drafter() { return drafter_.get(); }  // null: none attached
     std::string device_name() const;
     size_t weight_bytes() const { return file_->weight_bytes(); }
     size_t kv_bytes() const { return kv_->bytes(); }
@@ -114,6 +118,7 @@ private:
     // Makes the live recurrent state the state after `length` positions, or
     // throws std::invalid_argument and changes nothing.
     void settle_state(int64_t length);
+    DrafterOptions drafter_options() const;
     void commit_row(int64_t row);
 
     // Declared in the order they must be built; destroyed in reverse: the
@@ -133,6 +138,7 @@ private:
     Rollback rollback_ = Rollback::snapshots;
     std::unique_ptr<GraphRunner> runner_;
     std::unique_ptr<DraftHead> head_;
+    std::unique_ptr<BlockDrafter> drafter_;
     PendingState pending_;
     int64_t state_len_ = 0;  // the sequence length the live recurrent state describes
     std::vector<uint8_t> state_snapshot_;

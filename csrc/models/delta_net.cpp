@@ -52,8 +52,8 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     g.state_sources.push_back(sources);
     if (g.writes_state) {
         const StateViews after = state_after_row(ctx, hp, sources, n, n - 1);
-        g.state_writes.push_back(ggml_cpy(ctx, after.ssm, g.rs->ssm(il)));
-        g.state_writes.push_back(ggml_cpy(ctx, after.conv, g.rs->conv(il)));
+        g.writes.push_back(ggml_cpy(ctx, after.ssm, g.rs->ssm(il)));
+        g.writes.push_back(ggml_cpy(ctx, after.conv, g.rs->conv(il)));
     }
 
     ggml_tensor * o = ggml_view_4d(ctx, result, dk, hv, n, 1, dk * f, dk * hv * f, dk * hv * n * f, 0);

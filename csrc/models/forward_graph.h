@@ -31,7 +31,7 @@ struct ForwardGraph {
     int64_t n_rows;
     ggml_tensor * tokens;     // I32 [n_rows]
     ggml_tensor * positions;  // I32 [n_rows * hp.n_pos_per_token], section-major
-    ggml_tensor * hidden_in;  // F32 [n_embd, n_rows]: a draft head's input rows; null for a trunk
+    ggml_tensor * hidden_in;  // F32 [hidden width, n_rows]: a drafter's input rows; null for a trunk
     AttentionInputs full;
     AttentionInputs swa;      // used by layers with hp.is_swa[il]
     std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
@@ -39,12 +39,14 @@ struct ForwardGraph {
 
     // Recurrent layers (null rs: none). The builder records each layer's
     // StateSources, and, when writes_state, appends the copies that store the
-    // last row's state to state_writes for the target to add to the graph.
+    // last row's state to `writes`.
     const RecurrentState * rs = nullptr;
     int64_t state_slots = 1;
     bool writes_state = true;
     std::vector<StateSources> state_sources;
-    std::vector<ggml_tensor *> state_writes;
+    // Nodes with effects that no output depends on (state and cache writes):
+    // added to the graph after everything the builder returned.
+    std::vector<ggml_tensor *> writes;
 
     const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
     // A weight matrix times activations, ggml_mul_mat's bits either way (kernels/row_matmul.h).

@@ -30,6 +30,19 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
                          freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
 }
 
+std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
+    ggml_context * ctx = g.ctx;
+    const AttentionInputs & in = g.attention_inputs(il);
+    const int64_t n_kv_dim = g.hp.n_embd_kv();
+    ggml_tensor * vc = g.kv.v(il);
+    ggml_tensor * k_written = ggml_set_rows(ctx, g.kv.k(il), ggml_reshape_2d(ctx, k, n_kv_dim, g.n_rows), in.k_idx);
+    // V is stored transposed so that attention multiplies it without a copy;
+    // each element is written as a one-element row at its own slot.
+    ggml_tensor * v_written = ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)),
+                                            ggml_reshape_2d(ctx, v, 1, n_kv_dim * g.n_rows), in.v_idx);
+    return {k_written, v_written};
+}
+
 namespace {
 
 // Writes this forward's K and V rows into the cache and returns views of the
@@ -39,15 +52,10 @@ namespace {
 std::pair<ggml_tensor *, ggml_tensor *> cache_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
     ggml_context * ctx = g.ctx;
     const AttentionInputs & in = g.attention_inputs(il);
-    const int64_t hd = g.hp.head_dim, n_kv_dim = g.hp.n_embd_kv();
+    const int64_t hd = g.hp.head_dim;
     ggml_tensor * kc = g.kv.k(il);
     ggml_tensor * vc = g.kv.v(il);
-
-    ggml_tensor * k_written = ggml_set_rows(ctx, kc, ggml_reshape_2d(ctx, k, n_kv_dim, g.n_rows), in.k_idx);
-    // V is stored transposed so that attention multiplies it without a copy;
-    // each element is written as a one-element row at its own slot.
-    ggml_tensor * v_written = ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)),
-                                            ggml_reshape_2d(ctx, v, 1, n_kv_dim * g.n_rows), in.v_idx);
+    auto [k_written, v_written] = write_kv(g, il, k, v);
 
     ggml_tensor * kview = ggml_view_3d(ctx, k_written, hd, g.hp.n_head_kv, in.n_kv, ggml_row_size(kc->type, hd),
                                        kc->nb[1], 0);

@@ -1,5 +1,7 @@
 // Building blocks shared by the graph builders.
 #pragma once
+#include <utility>
+
 #include "models/forward_graph.h"
 
 namespace ggspec {
@@ -10,6 +12,10 @@ ggml_tensor * rms_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight);
 // RoPE as the model configures it for layer il (multi-section when each
 // token carries several positions).
 ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x);
+
+// Writes k [hd, n_head_kv, n] and v [hd * n_head_kv, n] into layer il's cache
+// at this forward's slots; returns the two write nodes.
+std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v);
 
 // Roped q [hd, n_head, n], k [hd, n_head_kv, n] and v [hd * n_head_kv, n]:
 // writes k and v to the cache, attends over it with the layer's mask, and

@@ -14,7 +14,7 @@ from ggspec.speculators.base import Speculator
 from ggspec.stats import SpecStats
 
 #: general.architecture values of drafter GGUFs that ggspec can attach.
-SUPPORTED_DRAFTERS: tuple[str, ...] = ()
+SUPPORTED_DRAFTERS: tuple[str, ...] = ("dflash",)
 
 
 @dataclass
@@ -48,6 +48,9 @@ def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
     governor = SpeculationCostGovernor(enabled=options.governor)
     if options.draft_model:
         check_draft_model(options.draft_model)
+        attached = target.block_drafter
+        if attached is None or os.path.realpath(attached.path) != os.path.realpath(options.draft_model):
+            target.attach_drafter(options.draft_model)
     if not options.enabled:
         return SpeculationPlan(None, governor, options)
     speculator, reason = registry.create(options.spec_type, target,

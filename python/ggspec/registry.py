@@ -83,26 +83,31 @@ def _ngram(target: Any, options: SpeculatorOptions) -> Speculator:
     return NGramSpeculator(max_draft_tokens=options.max_draft_tokens or 64, min_draft_prob=options.min_draft_prob)
 
 
-def _draft_head(target: Any, options: SpeculatorOptions) -> Speculator:
+def _draft_head(target: Any, options: SpeculatorOptions) -> Speculator | None:
     import os
 
     from ggspec.speculators.draft_head import DraftHeadSpeculator
 
-    return DraftHeadSpeculator(target.draft_head, target.n_embd, max_draft_tokens=options.max_draft_tokens or 3,
+    if target.nextn_head is None:
+        return None
+    return DraftHeadSpeculator(target.nextn_head, target.n_embd, max_draft_tokens=options.max_draft_tokens or 3,
                                min_draft_prob=options.min_draft_prob,
                                fold_catch_up=os.environ.get("GGSPEC_MTP_FOLD_CATCHUP", "1") != "0")
 
 
-def _no_block_drafter_yet(target: Any, options: SpeculatorOptions) -> None:
-    return None  # block drafters arrive with DFlash
+def _block(target: Any, options: SpeculatorOptions) -> Speculator | None:
+    from ggspec.speculators.block import BlockDraftSpeculator
+
+    if target.block_drafter is None:
+        return None
+    return BlockDraftSpeculator(target.block_drafter, options.max_draft_tokens, options.min_draft_prob)
 
 
 registry = SpeculatorRegistry()
 registry.register("ngram", _ngram)
 registry.register("draft-head", _draft_head, requires_draft_head=True,
-                  decline_reason="no draft head: the model carries no MTP/NextN head and none was attached "
-                                 "(--spec-draft-model)")
-registry.register("block", _no_block_drafter_yet, requires_draft_head=True,
+                  decline_reason="no draft head: the model carries no MTP/NextN head")
+registry.register("block", _block, requires_draft_head=True,
                   decline_reason="no block drafter: none was attached (--draft-model a DFlash GGUF)")
 
 __all__ = ["SpeculatorRegistry", "SpeculatorOptions", "registry", "draft_head_kind"]

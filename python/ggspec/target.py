@@ -14,6 +14,7 @@ import numpy as np
 
 from ggspec import _core
 from ggspec._core import ContextOverflowError, ModelFormatError
+from ggspec.block_drafter import BlockDrafter
 from ggspec.draft_head import NextnHead
 
 Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after the final norm)
@@ -64,7 +65,8 @@ class Target:
     def __init__(self, core: _core.Target, path: str):
         self._core = core
         self.path = path
-        self._draft_head = None
+        self._nextn_head = None
+        self._block_drafter = None
 
     # --- shape ---------------------------------------------------------------
     arch = property(lambda self: self._core.arch)
@@ -76,11 +78,29 @@ class Target:
     lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
 
     @property
+    def nextn_head(self) -> NextnHead | None:
+        """The MTP/NextN head the file carries, or None."""
+        if self._core.has_draft_head and self._nextn_head is None:
+            self._nextn_head = NextnHead(self._core)
+        return self._nextn_head
+
+    @property
+    def block_drafter(self) -> BlockDrafter | None:
+        """The block drafter attached with attach_drafter, or None."""
+        return self._block_drafter
+
+    @property
     def draft_head(self):
-        """The MTP/NextN head the file carries (a NextnHead), or None."""
-        if self._core.has_draft_head and self._draft_head is None:
-            self._draft_head = NextnHead(self._core)
-        return self._draft_head
+        """The drafter speculation uses by default: an attached one wins over the file's own head."""
+        return self._block_drafter or self.nextn_head
+
+    def attach_drafter(self, path: str | os.PathLike) -> BlockDrafter:
+        """Attaches a DFlash drafter GGUF (general.architecture "dflash") to this target.
+        Raises ModelFormatError naming what does not fit (width, target layers, vocabulary,
+        mask token)."""
+        self._core.attach_drafter(os.fspath(path))
+        self._block_drafter = BlockDrafter(self._core)
+        return self._block_drafter
 
     @property
     def verify_persists_accepted_kv(self) -> bool:

@@ -15,6 +15,15 @@ from typing import Sequence
 import numpy as np
 
 
+TOP_K = 10  # the logits a learned drafter's confidence is computed over
+
+
+def top1_probability(top_logits: np.ndarray) -> float:
+    """Softmax of the best logit over the top-k logits (best first)."""
+    e = np.exp(top_logits.astype(np.float64) - float(top_logits[0]))
+    return float(e[0] / e.sum())
+
+
 class DraftHeadKind(enum.Enum):
     NONE = "none"
     PER_TOKEN = "per-token"   # one token per pass, chaining its own hidden output (MTP/NextN, EAGLE)

@@ -13,16 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggspec.speculators.base import DraftContext, Speculator
-
-TOP_K = 10  # the logits the confidence is computed over
-
-
-def top1_probability(top_logits: np.ndarray) -> float:
-    """Softmax of the best logit over the top-k logits (best first)."""
-    e = np.exp(top_logits.astype(np.float64) - float(top_logits[0]))
-    return float(e[0] / e.sum())
-
+from ggspec.speculators.base import TOP_K, DraftContext, Speculator, top1_probability
 
 class DraftHeadSpeculator(Speculator):
     name = "draft-head"
@@ -75,4 +66,4 @@ class DraftHeadSpeculator(Speculator):
         return n
 
 
-__all__ = ["DraftHeadSpeculator", "top1_probability"]
+__all__ = ["DraftHeadSpeculator"]

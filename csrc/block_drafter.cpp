@@ -1,0 +1,134 @@
+#include "block_drafter.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "errors.h"
+
+namespace ggspec {
+
+BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggml_backend_t backend,
+                           const Hparams & target, const ModelWeights & target_w, const DrafterOptions & opt)
+    : max_rows_(opt.max_rows) {
+    file_ = std::make_unique<ModelFile>(path);
+    const std::string arch = file_->has_key("general.architecture") ? file_->get_str("general.architecture") : "";
+    if (arch != "dflash") {
+        throw ModelFormatError("'" + path + "' is not a DFlash drafter (general.architecture '" + arch + "')");
+    }
+    load_dflash(*file_, hp_, w_, d_, dw_);
+    bind_to(target, target_w);
+    file_->bind(dev);
+    kv_ = std::make_unique<KvCache>(dev, hp_, opt.n_ctx, opt.max_rows, opt.kv_type);
+    inject_ = std::make_unique<GraphRunner>(
+        backend,
+        ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_inject(g, dw_); },
+                  /*hidden_width=*/(int64_t) d_.target_layers.size() * hp_.n_embd},
+        opt.row_kernels, opt.graph_budget_bytes);
+    block_ = std::make_unique<GraphRunner>(
+        backend,
+        ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_block(g, d_); },
+                  /*hidden_width=*/0, /*causal=*/d_.causal},
+        opt.row_kernels, opt.graph_budget_bytes);
+}
+
+void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w) {
+    const std::string & path = file_->path();
+    if (hp_.n_embd != target.n_embd) {
+        throw ModelFormatError("drafter '" + path + "' is " + std::to_string(hp_.n_embd) +
+                               " wide, but its target's residual is " + std::to_string(target.n_embd));
+    }
+    for (int64_t layer : d_.target_layers) {
+        if (layer < 0 || layer >= target.n_layer) {
+            throw ModelFormatError("drafter '" + path + "' taps target layer " + std::to_string(layer) +
+                                   " (dflash.target_layers), but the target has layers 0.." +
+                                   std::to_string(target.n_layer - 1));
+        }
+    }
+    const size_t vocab = file_->array_size("tokenizer.ggml.tokens");
+    if (vocab != 0 && (int64_t) vocab != target.n_vocab) {
+        throw ModelFormatError("drafter '" + path + "' has a vocabulary of " + std::to_string(vocab) +
+                               " tokens, its target " + std::to_string(target.n_vocab));
+    }
+    if (hp_.n_vocab != 0 && hp_.n_vocab != target.n_vocab) {
+        throw ModelFormatError("drafter '" + path + "' embeds " + std::to_string(hp_.n_vocab) +
+                               " tokens, its target " + std::to_string(target.n_vocab));
+    }
+    if (w_.output && w_.output->ne[1] != target.n_vocab) {
+        throw ModelFormatError("drafter '" + path + "' has an LM head over " + std::to_string(w_.output->ne[1]) +
+                               " tokens, its target " + std::to_string(target.n_vocab));
+    }
+    if (d_.mask_token < 0 || d_.mask_token >= target.n_vocab) {
+        throw ModelFormatError("drafter '" + path + "' names mask token " + std::to_string(d_.mask_token) +
+                               ", outside the vocabulary of " + std::to_string(target.n_vocab));
+    }
+    // Borrowed from the target: its embedding, and its LM head unless the
+    // drafter ships one (tied to its own embedding when it ships only that).
+    hp_.n_vocab = target.n_vocab;
+    if (!w_.output) w_.output = w_.tok_embd ? w_.tok_embd : target_w.output;
+    if (!w_.tok_embd) w_.tok_embd = target_w.tok_embd;
+}
+
+void BlockDrafter::seek(int64_t position) {
+    if (position < kv_->seq_len()) {
+        kv_->rewind(position);
+    } else {
+        kv_->skip(position - kv_->seq_len());
+    }
+}
+
+void BlockDrafter::inject(const float * features, int64_t n, int64_t start) {
+    if (n <= 0 || start < 0 || start + n > kv_->n_ctx()) {
+        throw std::invalid_argument("drafter rows [" + std::to_string(start) + ", " + std::to_string(start + n) +
+                                    ") do not fit its context of " + std::to_string(kv_->n_ctx()));
+    }
+    seek(start);
+    const int64_t width = (int64_t) d_.target_layers.size() * hp_.n_embd;
+    tokens_.assign((size_t) std::min(n, max_rows_), 0);  // the pass reads no token ids
+    for (int64_t done = 0; done < n;) {
+        const int64_t m = std::min(max_rows_, n - done);
+        GraphKey key;
+        key.n_rows = m;
+        key.n_kv_full = kv_->n_kv_full(m);
+        key.n_kv_swa = hp_.n_swa > 0 ? kv_->n_kv_ring(m) : 0;
+        CachedGraph & g = inject_->prepare(key, tokens_.data(), features + done * width);
+        inject_->compute(g);
+        done += m;
+    }
+}
+
+void BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int32_t * ids, float * values) {
+    if (n_block < 2 || n_block > d_.block_size || n_block > max_rows_) {
+        throw std::invalid_argument("a draft block holds 2.." + std::to_string(std::min(d_.block_size, max_rows_)) +
+                                    " rows, got " + std::to_string(n_block));
+    }
+    if (pos0 < 0 || pos0 + n_block > kv_->n_ctx()) throw std::invalid_argument("the draft block overflows the context");
+    if (anchor < 0 || anchor >= hp_.n_vocab) throw std::invalid_argument("anchor token outside the vocabulary");
+    if (top_k < 1 || top_k > hp_.n_vocab) throw std::invalid_argument("top_k must be in [1, n_vocab]");
+    seek(pos0);
+    tokens_.assign((size_t) n_block, d_.mask_token);
+    tokens_[0] = anchor;
+    GraphKey key;
+    key.n_rows = n_block;
+    key.n_kv_full = kv_->n_kv_full(n_block);
+    key.n_kv_swa = hp_.n_swa > 0 ? kv_->n_kv_ring(n_block) : 0;
+    key.n_out = n_block;
+    key.top_k = top_k;
+    std::vector<int32_t> all_ids((size_t) (n_block * top_k));
+    std::vector<float> all_values(all_ids.size());
+    try {
+        CachedGraph & g = block_->prepare(key, tokens_.data(), nullptr);
+        block_->compute(g);
+        ForwardOutputs out;
+        out.ids = all_ids.data();
+        out.values = all_values.data();
+        block_->read_outputs(g, key, 0, 0, out);
+    } catch (...) {
+        kv_->rewind(pos0);
+        throw;
+    }
+    kv_->rewind(pos0);  // the block's own K/V are not context
+    std::copy(all_ids.begin() + top_k, all_ids.end(), ids);  // row 0 is the anchor's
+    std::copy(all_values.begin() + top_k, all_values.end(), values);
+}
+
+}  // namespace ggspec

@@ -1,0 +1,168 @@
+"""DFlash block drafters: the drafter against its NumPy reference, speculation on and
+off giving the same output (greedy, seeded, after a reused prefix), the bindings
+that must fail loudly, and llama.cpp running the same files."""
+
+import subprocess
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ggspec
+from bench.peer.commands import speculative_cmd
+from bench.peer.generation_stats import speculative_stats
+from ggspec.registry import SpeculatorOptions, registry
+from ggspec.runtime import SpeculativeExecution
+from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.speculators.block import BlockDraftSpeculator
+from tests.fixtures.tiny_dflash import write_tiny_dflash
+from tests.fixtures.tiny_models import write_tiny_model
+from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.reference.numpy_dflash import DFlashReference
+from tests.reference.numpy_model import ReferenceModel
+
+GREEDY = SamplerConfig(temperature=0)
+VARIANTS = {
+    "plain": {},
+    "shared-kv": dict(shared_kv=True),
+    "sliding-window": dict(sliding_window=(4, [True, False])),
+    "own-embeddings": dict(own_embeddings=True),
+}
+
+
+@pytest.fixture(scope="module")
+def qwen3_target(tmp_path_factory):
+    return write_tiny_model(tmp_path_factory.mktemp("dflash") / "target.gguf", "qwen3")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
+    drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    drafter = target.attach_drafter(drafter_path)
+    tokens = list(range(10, 40))
+    features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
+    drafter.inject(features, 0)
+    values, ids = drafter.draft(77, len(tokens), 6, 10)
+
+    ref = DFlashReference(drafter_path, ReferenceModel(qwen3_target))
+    logits = ref.draft(ref.inject(features), 77, 5)
+    np.testing.assert_allclose(values, np.sort(logits, axis=1)[:, ::-1][:, :10], rtol=0, atol=0.02)
+    assert (ids[:, 0] == logits.argmax(1)).all()
+
+
+def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_path):
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf"))
+    tokens = list(range(10, 40))
+    features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
+    drafter.inject(features[:20], 0)
+    drafter.inject(features[20:], 20)
+    first = drafter.draft(77, 30, 6, 10)
+    assert target._core.drafter_seq_len == 30  # the block's own K/V are not context
+    again = drafter.draft(77, 30, 6, 10)
+    drafter.inject(features, 0)  # the same rows in one pass
+    whole = drafter.draft(77, 30, 6, 10)
+    for a, b, c in zip(first, again, whole):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def decode(target, config, prompt, n, speculator=None):
+    target.reset()
+    execution = SpeculativeExecution(target, Sampler(config, target.n_vocab), speculator)
+    return [t for step in execution.generate(prompt, n) for t in step], execution.stats
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory, qwen3_target):
+    root = tmp_path_factory.mktemp("dflash-targets")
+    qwen35 = write_tiny_qwen35(root / "qwen35.gguf", dtype="q8_0")
+    out = {}
+    for name, path, layers in (("qwen3", qwen3_target, (0, 1)), ("qwen35", qwen35, (1, 3))):
+        target = ggspec.load(path, n_ctx=512, n_threads=2)
+        target.attach_drafter(write_tiny_dflash(root / f"{name}-drafter.gguf", target_layers=layers))
+        out[name] = target
+    return out
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(arch=st.sampled_from(["qwen3", "qwen35"]), window=st.integers(1, 7), sampled=st.booleans(),
+       seed=st.integers(0, 2**32 - 1))
+def test_speculative_output_is_plain_output(targets, arch, window, sampled, seed):
+    target = targets[arch]
+    config = SamplerConfig(temperature=0.8, top_p=0.95, top_k=40, min_p=0.0, seed=seed) if sampled else GREEDY
+    prompt = np.random.default_rng(seed).integers(3, target.n_vocab, size=12).tolist()
+    plain, _ = decode(target, config, prompt, 32)
+    spec, stats = decode(target, config, prompt, 32, BlockDraftSpeculator(target.block_drafter, window, 0.0))
+    assert spec == plain
+    assert stats.draft_n > 0
+
+
+def test_a_reused_prefix_keeps_the_output_and_drafting(targets):
+    target = targets["qwen3"]
+    prompt = list(range(20, 44))
+    plain, _ = decode(target, GREEDY, prompt, 24)
+    target.reset()
+    target.spec_forward(prompt[:16])  # a prefix the drafter never saw
+    execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab),
+                                     BlockDraftSpeculator(target.block_drafter, 4, 0.0))
+    spec = [t for step in execution.generate(prompt, 24, reused=16) for t in step]
+    assert spec == plain
+    assert execution.stats.draft_n > 0
+
+
+def test_auto_picks_an_attached_drafter_over_the_files_head(targets):
+    target = targets["qwen35"]
+    assert target.nextn_head is not None and target.draft_head is target.block_drafter
+    assert registry.resolve("auto", target) == "block"
+    speculator, reason = registry.create("draft-head", target, SpeculatorOptions())
+    assert reason is None and speculator.name == "draft-head"  # the file's head stays reachable by name
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(n_embd=32, head_dim=16), "wide"),
+    (dict(target_layers=(0, 5)), "taps target layer 5"),
+    (dict(n_vocab=300), "vocabulary"),
+    (dict(mask_token=None), "mask token"),
+    (dict(mask_token=400), "mask token 400"),
+])
+def test_bad_bindings_fail_clearly(qwen3_target, tmp_path, change, words):
+    target = ggspec.load(qwen3_target, n_ctx=128)
+    with pytest.raises(ggspec.ModelFormatError, match=words):
+        target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", **change))
+    assert target.block_drafter is None
+
+
+def test_a_model_that_is_not_a_drafter_is_refused(qwen3_target):
+    target = ggspec.load(qwen3_target, n_ctx=128)
+    with pytest.raises(ggspec.ModelFormatError, match="not a DFlash drafter"):
+        target.attach_drafter(qwen3_target)
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("variant", ["plain", "sliding-window"])
+def test_llama_cpp_runs_its_dflash_speculation_on_the_files(qwen3_target, tmp_path, variant):
+    drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
+    cmd = [*speculative_cmd(qwen3_target, "a b c d", "draft-dflash", n_predict=24, threads=1, ctx=256),
+           "-md", str(drafter), "--spec-draft-n-max", "5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert speculative_stats(proc.stdout + proc.stderr)["draft_n"] > 0
+
+
+def test_the_cli_attaches_a_drafter(qwen3_target, tmp_path):
+    import json
+
+    from tests.test_cli import ggspec as run_cli
+
+    drafter = str(write_tiny_dflash(tmp_path / "drafter.gguf"))
+    common = ["generate", "-m", str(qwen3_target), "-p", "a b c", "--temp", "0", "-n", "24", "-t", "2", "-c", "256",
+              "--ignore-eos", "--json"]
+    plain = run_cli(*common, "--no-spec")
+    spec = run_cli(*common, "--draft-model", drafter, "--spec-pmin", "0")
+    assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
+    plain, spec = json.loads(plain.stdout), json.loads(spec.stdout)
+    assert spec["tokens"] == plain["tokens"]
+    assert spec["stats"]["spec_type"] == "block" and spec["stats"]["draft_n"] > 0
