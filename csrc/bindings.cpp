@@ -103,19 +103,19 @@ void drafter_inject(Target & t, const FloatRows & features, int64_t start) {
     d.inject(features.data(), features.shape(0), start);
 }
 
-// (top-k logits [n_block - 1, top_k], top-k ids) of the block's MASK rows.
+// (values [rows, k], ids [rows, k], pairs [rows - 1, k, k] or None) of the block's MASK rows.
 py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_block, int top_k) {
     BlockDrafter & d = drafter_of(t);
-    const int64_t rows = std::max<int64_t>(0, n_block - 1);
-    auto values = py::array_t<float>({rows, (int64_t) top_k});
-    auto ids = py::array_t<int32_t>({rows, (int64_t) top_k});
-    int32_t * id_data = ids.mutable_data();
-    float * value_data = values.mutable_data();
+    BlockDraft out;
     {
         py::gil_scoped_release release;
-        d.draft(anchor, pos0, n_block, top_k, id_data, value_data);
+        out = d.draft(anchor, pos0, n_block, top_k);
     }
-    return py::make_tuple(values, ids);
+    auto values = py::array_t<float>({out.rows, out.k}, out.values.data());
+    auto ids = py::array_t<int32_t>({out.rows, out.k}, out.ids.data());
+    if (!d.params().selects()) return py::make_tuple(values, ids, py::none());
+    auto pairs = py::array_t<float>({out.rows - 1, out.k, out.k}, out.pairs.data());
+    return py::make_tuple(values, ids, pairs);
 }
 
 }  // namespace
@@ -159,7 +159,8 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("head_graph_calls",
                                [](Target & t) { return t.draft_head() ? t.draft_head()->graph_calls() : 0; })
         .def_property_readonly("head_seq_len", [](Target & t) { return t.draft_head() ? t.draft_head()->seq_len() : 0; })
-        .def("attach_drafter", &Target::attach_drafter, py::arg("path"), py::call_guard<py::gil_scoped_release>())
+        .def("attach_drafter", &Target::attach_drafter, py::arg("path"), py::arg("use_conv") = true,
+             py::arg("use_selector") = true, py::call_guard<py::gil_scoped_release>())
         .def("drafter_inject", &drafter_inject, py::arg("features"), py::arg("start"))
         .def("drafter_draft", &drafter_draft, py::arg("anchor"), py::arg("pos0"), py::arg("n_block"), py::arg("top_k"))
         .def_property_readonly("has_block_drafter", [](Target & t) { return t.block_drafter() != nullptr; })
@@ -169,6 +170,10 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("drafter_mask_token", [](Target & t) { return drafter_of(t).params().mask_token; })
         .def_property_readonly("drafter_seq_len", [](Target & t) { return drafter_of(t).seq_len(); })
         .def_property_readonly("drafter_graph_calls", [](Target & t) { return drafter_of(t).graph_calls(); })
+        .def_property_readonly("drafter_inject_seconds", [](Target & t) { return drafter_of(t).inject_seconds(); })
+        .def_property_readonly("drafter_draft_seconds", [](Target & t) { return drafter_of(t).draft_seconds(); })
+        .def_property_readonly("drafter_readback_bytes", [](Target & t) { return drafter_of(t).readback_bytes(); })
+        .def_property_readonly("drafter_is_lattice", [](Target & t) { return drafter_of(t).params().selects(); })
         .def("set_recurrent_rollback", &Target::set_recurrent_rollback, py::arg("name"))
         .def("snapshot_recurrent", &Target::snapshot_recurrent)
         .def("restore_recurrent", &Target::restore_recurrent)

@@ -1,6 +1,7 @@
 #include "block_drafter.h"
 
 #include <algorithm>
+#include <chrono>
 #include <stdexcept>
 
 #include "errors.h"
@@ -8,7 +9,8 @@
 namespace ggspec {
 
 BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggml_backend_t backend,
-                           const Hparams & target, const ModelWeights & target_w, const DrafterOptions & opt)
+                           const Hparams & target, const ModelWeights & target_w, const DrafterOptions & opt,
+                           bool use_conv, bool use_selector)
     : max_rows_(opt.max_rows) {
     file_ = std::make_unique<ModelFile>(path);
     const std::string arch = file_->has_key("general.architecture") ? file_->get_str("general.architecture") : "";
@@ -16,6 +18,8 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
         throw ModelFormatError("'" + path + "' is not a DFlash drafter (general.architecture '" + arch + "')");
     }
     load_dflash(*file_, hp_, w_, d_, dw_);
+    d_.use_conv = use_conv;
+    d_.use_selector = use_selector;
     bind_to(target, target_w);
     file_->bind(dev);
     kv_ = std::make_unique<KvCache>(dev, hp_, opt.n_ctx, opt.max_rows, opt.kv_type);
@@ -26,7 +30,11 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
         opt.row_kernels, opt.graph_budget_bytes);
     block_ = std::make_unique<GraphRunner>(
         backend,
-        ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_block(g, d_); },
+        ModelBody{hp_, w_, *kv_, nullptr,
+                  [this](ForwardGraph & g) {
+                      DFlashLattice lattice;
+                      return build_dflash_block(g, d_, dw_, &lattice);
+                  },
                   /*hidden_width=*/0, /*causal=*/d_.causal},
         opt.row_kernels, opt.graph_budget_bytes);
 }
@@ -53,6 +61,11 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
         throw ModelFormatError("drafter '" + path + "' embeds " + std::to_string(hp_.n_vocab) +
                                " tokens, its target " + std::to_string(target.n_vocab));
     }
+    if (dw_.predecessor && dw_.predecessor->ne[1] != target.n_vocab) {
+        throw ModelFormatError("drafter '" + path + "' has selector codebooks over " +
+                               std::to_string(dw_.predecessor->ne[1]) + " tokens, its target " +
+                               std::to_string(target.n_vocab));
+    }
     if (w_.output && w_.output->ne[1] != target.n_vocab) {
         throw ModelFormatError("drafter '" + path + "' has an LM head over " + std::to_string(w_.output->ne[1]) +
                                " tokens, its target " + std::to_string(target.n_vocab));
@@ -76,7 +89,16 @@ void BlockDrafter::seek(int64_t position) {
     }
 }
 
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
 void BlockDrafter::inject(const float * features, int64_t n, int64_t start) {
+    const auto t0 = std::chrono::steady_clock::now();
     if (n <= 0 || start < 0 || start + n > kv_->n_ctx()) {
         throw std::invalid_argument("drafter rows [" + std::to_string(start) + ", " + std::to_string(start + n) +
                                     ") do not fit its context of " + std::to_string(kv_->n_ctx()));
@@ -94,9 +116,10 @@ void BlockDrafter::inject(const float * features, int64_t n, int64_t start) {
         inject_->compute(g);
         done += m;
     }
+    inject_seconds_ += seconds_since(t0);
 }
 
-void BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int32_t * ids, float * values) {
+BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k) {
     if (n_block < 2 || n_block > d_.block_size || n_block > max_rows_) {
         throw std::invalid_argument("a draft block holds 2.." + std::to_string(std::min(d_.block_size, max_rows_)) +
                                     " rows, got " + std::to_string(n_block));
@@ -104,31 +127,50 @@ void BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_
     if (pos0 < 0 || pos0 + n_block > kv_->n_ctx()) throw std::invalid_argument("the draft block overflows the context");
     if (anchor < 0 || anchor >= hp_.n_vocab) throw std::invalid_argument("anchor token outside the vocabulary");
     if (top_k < 1 || top_k > hp_.n_vocab) throw std::invalid_argument("top_k must be in [1, n_vocab]");
+    const auto t0 = std::chrono::steady_clock::now();
     seek(pos0);
     tokens_.assign((size_t) n_block, d_.mask_token);
     tokens_[0] = anchor;
+    const bool lattice = d_.selects();
     GraphKey key;
     key.n_rows = n_block;
     key.n_kv_full = kv_->n_kv_full(n_block);
     key.n_kv_swa = hp_.n_swa > 0 ? kv_->n_kv_ring(n_block) : 0;
-    key.n_out = n_block;
-    key.top_k = top_k;
-    std::vector<int32_t> all_ids((size_t) (n_block * top_k));
-    std::vector<float> all_values(all_ids.size());
+    key.n_out = lattice ? 0 : n_block;  // a lattice comes from the body's own outputs
+    key.top_k = lattice ? 0 : top_k;
+    BlockDraft out;
+    out.rows = n_block - 1;
+    out.k = lattice ? d_.selector_top_k : top_k;
     try {
         CachedGraph & g = block_->prepare(key, tokens_.data(), nullptr);
         block_->compute(g);
-        ForwardOutputs out;
-        out.ids = all_ids.data();
-        out.values = all_values.data();
-        block_->read_outputs(g, key, 0, 0, out);
+        if (lattice) {
+            out.ids.resize((size_t) (out.rows * out.k));
+            out.values.resize(out.ids.size());
+            out.pairs.resize((size_t) ((out.rows - 1) * out.k * out.k));
+            void * dst[] = {out.ids.data(), out.values.data(), out.pairs.data()};
+            for (size_t i = 0; i < g.body_outputs.size(); ++i) {
+                ggml_backend_tensor_get(g.body_outputs[i], dst[i], 0, ggml_nbytes(g.body_outputs[i]));
+                readback_bytes_ += ggml_nbytes(g.body_outputs[i]);
+            }
+        } else {
+            std::vector<int32_t> ids((size_t) (n_block * top_k));
+            std::vector<float> values(ids.size());
+            ForwardOutputs rows;
+            rows.ids = ids.data();
+            rows.values = values.data();
+            block_->read_outputs(g, key, 0, 0, rows);
+            readback_bytes_ += 2 * ids.size() * sizeof(float);
+            out.ids.assign(ids.begin() + top_k, ids.end());  // row 0 is the anchor's
+            out.values.assign(values.begin() + top_k, values.end());
+        }
     } catch (...) {
         kv_->rewind(pos0);
         throw;
     }
     kv_->rewind(pos0);  // the block's own K/V are not context
-    std::copy(all_ids.begin() + top_k, all_ids.end(), ids);  // row 0 is the anchor's
-    std::copy(all_values.begin() + top_k, all_values.end(), values);
+    draft_seconds_ += seconds_since(t0);
+    return out;
 }
 
 }  // namespace ggspec

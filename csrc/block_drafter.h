@@ -16,28 +16,40 @@
 
 namespace ggspec {
 
+// What pass C returns for the block's MASK rows.
+struct BlockDraft {
+    int64_t rows = 0, k = 0;
+    std::vector<int32_t> ids;   // [rows, k]: DFlash: top-k, best first; DFlash2: the candidates
+    std::vector<float> values;  // [rows, k]: DFlash: their logits; DFlash2: unary (+ the anchor's transition on row 0)
+    std::vector<float> pairs;   // DFlash2: [rows - 1, k predecessors, k candidates] transitions; else empty
+};
+
 class BlockDrafter {
 public:
     // Throws ModelFormatError naming what does not fit the target: the
     // architecture, the width, a target layer out of range, the vocabulary,
     // the mask token.
+    // use_conv / use_selector switch DFlash2's extensions off, for attribution.
     BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggml_backend_t backend, const Hparams & target,
-                 const ModelWeights & target_w, const DrafterOptions & opt);
+                 const ModelWeights & target_w, const DrafterOptions & opt, bool use_conv, bool use_selector);
 
     // Passes A+B over committed rows at positions start..: features
     // [n, taps * n_embd], the target's inputs of the target_layers. Positions
     // from `start` on are forgotten first; any before it that were never
     // injected stay empty.
     void inject(const float * features, int64_t n, int64_t start);
-    // Pass C: [anchor, MASK x (n_block - 1)] at positions pos0..; writes the
-    // top_k ids and logits of each MASK row ([n_block - 1, top_k], best first).
-    // The block's own K/V are dropped afterwards.
-    void draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int32_t * ids, float * values);
+    // Pass C: [anchor, MASK x (n_block - 1)] at positions pos0..; the top_k
+    // ids and logits of each MASK row, or a DFlash2 drafter's lattice (k =
+    // its selector_top_k). The block's own K/V are dropped afterwards.
+    BlockDraft draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k);
 
     const std::string & path() const { return file_->path(); }
     const DFlashParams & params() const { return d_; }
     int64_t seq_len() const { return kv_->seq_len(); }
     uint64_t graph_calls() const { return inject_->computes() + block_->computes(); }
+    double inject_seconds() const { return inject_seconds_; }
+    double draft_seconds() const { return draft_seconds_; }
+    uint64_t readback_bytes() const { return readback_bytes_; }  // what pass C copied to the host
     void reset() { kv_->clear(); }
 
 private:
@@ -53,6 +65,8 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<GraphRunner> inject_, block_;
     std::vector<int32_t> tokens_;
+    double inject_seconds_ = 0.0, draft_seconds_ = 0.0;
+    uint64_t readback_bytes_ = 0;
 };
 
 }  // namespace ggspec

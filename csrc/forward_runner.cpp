@@ -66,6 +66,11 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     // after every node that reads the live state
     for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
     cg->state_sources = std::move(fg.state_sources);
+    for (ggml_tensor * t : fg.outputs) {
+        ggml_set_output(t);
+        ggml_build_forward_expand(cg->graph, t);
+    }
+    cg->body_outputs = std::move(fg.outputs);
 
     for (int tap : key.taps) {
         ggml_tensor * t = tap < 0 ? trunk : fg.layer_inputs[tap];

@@ -49,6 +49,7 @@ struct CachedGraph {
     ggml_tensor * ids = nullptr;     // I32 [top_k, n_out]
     ggml_tensor * values = nullptr;  // [top_k, n_out]
     ggml_tensor * hidden = nullptr;  // [n_taps * n_embd, n_rows]
+    std::vector<ggml_tensor *> body_outputs;  // ForwardGraph::outputs
     std::vector<StateSources> state_sources;  // per recurrent layer
     std::map<int64_t, std::unique_ptr<StateCommitGraph>> state_commits;  // by row, built on first use
     uint64_t last_use = 0;

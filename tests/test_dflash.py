@@ -28,6 +28,7 @@ VARIANTS = {
     "shared-kv": dict(shared_kv=True),
     "sliding-window": dict(sliding_window=(4, [True, False])),
     "own-embeddings": dict(own_embeddings=True),
+    "dflash2": dict(dflash2={}),
 }
 
 
@@ -36,7 +37,7 @@ def qwen3_target(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("dflash") / "target.gguf", "qwen3")
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "dflash2"])
 def test_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
     drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
     target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
@@ -44,12 +45,54 @@ def test_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
     tokens = list(range(10, 40))
     features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
     drafter.inject(features, 0)
-    values, ids = drafter.draft(77, len(tokens), 6, 10)
+    draft = drafter.draft(77, len(tokens), 6, 10)
 
     ref = DFlashReference(drafter_path, ReferenceModel(qwen3_target))
     logits = ref.draft(ref.inject(features), 77, 5)
-    np.testing.assert_allclose(values, np.sort(logits, axis=1)[:, ::-1][:, :10], rtol=0, atol=0.02)
-    assert (ids[:, 0] == logits.argmax(1)).all()
+    np.testing.assert_allclose(draft.values, np.sort(logits, axis=1)[:, ::-1][:, :10], rtol=0, atol=0.02)
+    assert draft.walk()[0] == logits.argmax(1).tolist()
+
+
+@pytest.mark.parametrize("dflash2", [{}, dict(sliding_window=(4, [True, False]), shared_kv=True)])
+def test_dflash2_lattice_walks_as_the_numpy_reference(qwen3_target, tmp_path, dflash2):
+    """The conv around every sublayer and the selector lattice: ggspec's greedy walk and
+    its per-position probabilities agree with the reference's, and only the lattice
+    (k ids and k scores per MASK row, k*k pair scores per row after the first) comes back."""
+    drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", dflash2={}, **dflash2)
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    drafter = target.attach_drafter(drafter_path)
+    tokens = list(range(10, 40))
+    features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
+    drafter.inject(features, 0)
+    ref = DFlashReference(drafter_path, ReferenceModel(qwen3_target))
+    k = ref.top_k
+    for n_block in (2, 4, 8):
+        before = drafter.readback_bytes
+        draft = drafter.draft(77, len(tokens), n_block, 10)
+        rows = n_block - 1
+        assert drafter.readback_bytes - before == 4 * (2 * k * rows + k * k * (rows - 1))
+        assert draft.ids.shape == (rows, k) and draft.pairs.shape == (rows - 1, k, k)
+        tokens_ours, p_ours = draft.walk()
+        tokens_ref, p_ref = ref.walk(ref.inject(features), 77, rows)
+        assert tokens_ours == tokens_ref
+        np.testing.assert_allclose(p_ours, p_ref, rtol=0, atol=0.01)  # the KV cache is f16
+
+
+def test_dflash2_switches_attribute_its_extensions(qwen3_target, tmp_path, monkeypatch):
+    drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", dflash2={})
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    tokens = list(range(10, 40))
+    drafts = {}
+    for switch in (None, "GGSPEC_DFLASH_SELECTOR", "GGSPEC_DFLASH_CONV"):
+        if switch:
+            monkeypatch.setenv(switch, "0")
+        drafter = target.attach_drafter(drafter_path)
+        drafter.inject(target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden, 0)
+        drafts[switch] = drafter.draft(77, len(tokens), 6, 10)
+        monkeypatch.delenv(switch or "GGSPEC_DFLASH_SELECTOR", raising=False)
+    assert drafts["GGSPEC_DFLASH_SELECTOR"].pairs is None  # each row's argmax, DFlash's readout
+    assert drafts[None].pairs is not None and drafts["GGSPEC_DFLASH_CONV"].pairs is not None
+    assert not np.array_equal(drafts[None].values, drafts["GGSPEC_DFLASH_CONV"].values)
 
 
 def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_path):
@@ -64,9 +107,9 @@ def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_
     again = drafter.draft(77, 30, 6, 10)
     drafter.inject(features, 0)  # the same rows in one pass
     whole = drafter.draft(77, 30, 6, 10)
-    for a, b, c in zip(first, again, whole):
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(a, c)
+    for field in ("values", "ids"):
+        np.testing.assert_array_equal(getattr(first, field), getattr(again, field))
+        np.testing.assert_array_equal(getattr(first, field), getattr(whole, field))
 
 
 def decode(target, config, prompt, n, speculator=None):
@@ -80,15 +123,17 @@ def targets(tmp_path_factory, qwen3_target):
     root = tmp_path_factory.mktemp("dflash-targets")
     qwen35 = write_tiny_qwen35(root / "qwen35.gguf", dtype="q8_0")
     out = {}
-    for name, path, layers in (("qwen3", qwen3_target, (0, 1)), ("qwen35", qwen35, (1, 3))):
+    for name, path, drafter in (("qwen3", qwen3_target, dict(target_layers=(0, 1))),
+                                ("qwen35", qwen35, dict(target_layers=(1, 3))),
+                                ("qwen35-dflash2", qwen35, dict(target_layers=(0, 2), dflash2={}))):
         target = ggspec.load(path, n_ctx=512, n_threads=2)
-        target.attach_drafter(write_tiny_dflash(root / f"{name}-drafter.gguf", target_layers=layers))
+        target.attach_drafter(write_tiny_dflash(root / f"{name}-drafter.gguf", **drafter))
         out[name] = target
     return out
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(arch=st.sampled_from(["qwen3", "qwen35"]), window=st.integers(1, 7), sampled=st.booleans(),
+@given(arch=st.sampled_from(["qwen3", "qwen35", "qwen35-dflash2"]), window=st.integers(1, 7), sampled=st.booleans(),
        seed=st.integers(0, 2**32 - 1))
 def test_speculative_output_is_plain_output(targets, arch, window, sampled, seed):
     target = targets[arch]
@@ -142,7 +187,7 @@ def test_a_model_that_is_not_a_drafter_is_refused(qwen3_target):
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("variant", ["plain", "sliding-window"])
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "dflash2"])
 def test_llama_cpp_runs_its_dflash_speculation_on_the_files(qwen3_target, tmp_path, variant):
     drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
     cmd = [*speculative_cmd(qwen3_target, "a b c d", "draft-dflash", n_predict=24, threads=1, ctx=256),

@@ -1,5 +1,6 @@
 #include "models/dflash.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -17,7 +18,6 @@ void refuse_unsupported(const ModelFile & f, const Hparams & hp) {
     auto refuse = [&](const std::string & what) {
         throw ModelFormatError("drafter '" + f.path() + "' has " + what + ", which ggspec does not support yet");
     };
-    if (f.find_tensor("selector_hidden.weight")) refuse("DFlash2's candidate selector ('selector_hidden.weight')");
     if (f.find_tensor("markov_w1.weight")) refuse("a DSpark head ('markov_w1.weight')");
     if (f.find_tensor("d2t")) refuse("a reduced draft vocabulary ('d2t')");
     for (const char * name : {"fc.scale", "output.scale", "rope_freqs.weight"}) {
@@ -55,6 +55,36 @@ void read_sliding_window(const ModelFile & f, Hparams & hp) {
     for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_swa[il] = flags[il] != 0;
     hp.rope_base_swa = hp.rope_base;
     hp.rope_freq_scale_swa = hp.rope_freq_scale;
+}
+
+// DFlash2: llama.cpp's rule (a selector_hidden tensor), with its four keys.
+void load_dflash2(const ModelFile & f, const Hparams & hp, DFlashParams & d, DFlashWeights & dw) {
+    for (auto [key, value] : {std::pair<const char *, int64_t *>{"conv_kernel_size", &d.conv_kernel},
+                              {"conv_group_size", &d.conv_group}, {"selector_rank", &d.selector_rank},
+                              {"selector_top_k", &d.selector_top_k}}) {
+        *value = f.get_int(hp.key(key), 0);
+        if (*value <= 0) throw ModelFormatError("DFlash2 drafter '" + f.path() + "' needs a positive '" + hp.key(key) + "'");
+    }
+    const int64_t e = hp.n_embd;
+    if (e % d.conv_group != 0) {
+        throw ModelFormatError("'" + hp.key("conv_group_size") + "' " + std::to_string(d.conv_group) +
+                               " does not divide the width " + std::to_string(e));
+    }
+    d.logit_scale = (float) f.get_float(hp.key("logit_scale"), 0.0);
+    d.final_softcap = (float) f.get_float(hp.key("final_logit_softcapping"), 0.0);
+    const int64_t k = d.conv_kernel, groups = e / d.conv_group;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        const std::string p = "blk." + std::to_string(il) + ".";
+        dw.attn_conv.push_back({f.tensor(p + "attn_conv_base", {e, k, 2}),
+                                f.tensor(p + "attn_conv_proj.weight", {e, 2 * k * groups})});
+        dw.ffn_conv.push_back({f.tensor(p + "ffn_conv_base", {e, k, 2}),
+                               f.tensor(p + "ffn_conv_proj.weight", {e, 2 * k * groups})});
+    }
+    dw.hidden_proj = f.tensor("selector_hidden.weight", {e, d.selector_rank});
+    const ggml_tensor * codebook = f.find_tensor("selector_predecessor.weight");
+    const int64_t vocab = codebook ? codebook->ne[1] : 0;
+    dw.predecessor = f.tensor("selector_predecessor.weight", {d.selector_rank, vocab});
+    dw.successor = f.tensor("selector_successor.weight", {d.selector_rank, vocab});
 }
 
 }  // namespace
@@ -99,6 +129,8 @@ void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashPara
     if (hp.n_vocab > 0) w.tok_embd = f.tensor("token_embd.weight", {e, hp.n_vocab});
     const ggml_tensor * output = f.find_tensor("output.weight");
     if (output) w.output = f.tensor("output.weight", {e, output->ne[1]});
+
+    if (f.find_tensor("selector_hidden.weight")) load_dflash2(f, hp, d, dw);
 
     const int64_t n_q = hp.head_dim * hp.n_head, n_kv = hp.n_embd_kv();
     w.layers.resize(hp.n_layer);
@@ -146,25 +178,119 @@ ggml_tensor * build_dflash_inject(ForwardGraph & g, const DFlashWeights & dw) {
     return encoded;
 }
 
-ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d) {
+namespace {
+
+// y[t] = sum over taps of (base[side][tap] + dyn[t][side][tap][group]) * x[t - tap],
+// x before the block's first row being 0: causal within the block, never past it.
+ggml_tensor * grouped_conv(ForwardGraph & g, const DFlashParams & d, const DFlashConvWeights & w, ggml_tensor * x,
+                           ggml_tensor * dyn, int side) {
+    ggml_context * ctx = g.ctx;
+    const int64_t e = x->ne[0], n = x->ne[1], taps = d.conv_kernel, groups = e / d.conv_group;
+    const size_t f = sizeof(float);
+    ggml_tensor * base = w.base->type == GGML_TYPE_F32 ? w.base : ggml_cast(ctx, w.base, GGML_TYPE_F32);
+    ggml_tensor * y = nullptr;
+    for (int64_t tap = 0; tap < std::min(taps, n); ++tap) {
+        ggml_tensor * group_w = ggml_cont(ctx, ggml_view_2d(ctx, dyn, groups, n, dyn->nb[1], (side * taps + tap) * groups * f));
+        // each group's weight spread over its conv_group channels
+        group_w = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, group_w, 1, groups, n), d.conv_group, groups, n, 1);
+        ggml_tensor * weight = ggml_add(ctx, ggml_reshape_2d(ctx, group_w, e, n),
+                                        ggml_view_1d(ctx, base, e, (side * taps + tap) * e * f));
+        ggml_tensor * earlier = tap == 0 ? x
+                                         : ggml_pad_ext(ctx, ggml_view_2d(ctx, x, e, n - tap, x->nb[1], 0),
+                                                        0, 0, (int) tap, 0, 0, 0, 0, 0);
+        ggml_tensor * term = ggml_mul(ctx, weight, earlier);
+        y = y ? ggml_add(ctx, y, term) : term;
+    }
+    return y;
+}
+
+// One sublayer (attention or FFN) of a DFlash2 drafter wrapped in its conv:
+// one projection of the normed input gives both sides' dynamic weights.
+template <typename Sublayer>
+ggml_tensor * convolved(ForwardGraph & g, const DFlashParams & d, const DFlashConvWeights & w, ggml_tensor * normed,
+                        Sublayer sublayer) {
+    if (!d.convolves()) return sublayer(normed);
+    ggml_tensor * dyn = g.matmul(w.proj, normed);
+    return grouped_conv(g, d, w, sublayer(grouped_conv(g, d, w, normed, dyn, 0)), dyn, 1);
+}
+
+// Rows first..last-1 along dim 2 of a 3-D tensor, contiguous.
+ggml_tensor * rows(ggml_context * ctx, ggml_tensor * t, int64_t first, int64_t last) {
+    return ggml_cont(ctx, ggml_view_3d(ctx, t, t->ne[0], t->ne[1], last - first, t->nb[1], t->nb[2], first * t->nb[2]));
+}
+
+// The candidate lattice of the block's MASK rows (rows 1..n-1); see DFlashLattice.
+DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw, ggml_tensor * final) {
+    ggml_context * ctx = g.ctx;
+    const int64_t n = g.n_rows, k = d.selector_top_k, masks = n - 1;
+    ggml_tensor * logits = g.matmul(g.w.output, final);  // [n_vocab, n]
+    if (d.logit_scale != 0.0f) logits = ggml_scale(ctx, logits, d.logit_scale);
+    if (d.final_softcap > 0.0f) {
+        logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / d.final_softcap)), d.final_softcap);
+    }
+    ggml_tensor * cand = ggml_top_k(ctx, logits, (int) k);  // I32 [k, n]
+    ggml_tensor * unary = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, logits->ne[0], n), cand);  // [1, k, n]
+    unary = ggml_reshape_3d(ctx, unary, k, 1, n);
+    ggml_tensor * gate = ggml_reshape_3d(ctx, g.matmul(dw.hidden_proj, final), d.selector_rank, 1, n);  // P h
+    // codebook rows of every candidate, [rank, k, n]
+    ggml_tensor * flat_cand = ggml_reshape_1d(ctx, ggml_cont(ctx, cand), k * n);
+    auto codes = [&](ggml_tensor * codebook) {
+        return ggml_reshape_3d(ctx, ggml_get_rows(ctx, codebook, flat_cand), d.selector_rank, k, n);
+    };
+    ggml_tensor * succ = codes(dw.successor);  // B[cand]
+
+    DFlashLattice lattice;
+    lattice.ids = ggml_cont(ctx, ggml_view_2d(ctx, cand, k, masks, cand->nb[1], cand->nb[1]));
+    // row 1's one predecessor is the anchor: its transition joins row 1's unary scores
+    ggml_tensor * anchor = ggml_get_rows(ctx, dw.predecessor, ggml_view_1d(ctx, g.tokens, 1, 0));  // [rank, 1]
+    ggml_tensor * anchor_gated = ggml_mul(ctx, ggml_reshape_3d(ctx, anchor, d.selector_rank, 1, 1), rows(ctx, gate, 1, 2));
+    ggml_tensor * first = ggml_add(ctx, rows(ctx, unary, 1, 2), ggml_mul_mat(ctx, rows(ctx, succ, 1, 2), anchor_gated));
+    lattice.scores = ggml_reshape_2d(ctx, first, k, 1);
+    if (masks > 1) {
+        lattice.scores = ggml_concat(ctx, lattice.scores, ggml_reshape_2d(ctx, rows(ctx, unary, 2, n), k, masks - 1), 1);
+        // rows 2..n-1: the predecessors are row i-1's candidates
+        ggml_tensor * pred = codes(dw.predecessor);  // A[cand]
+        ggml_tensor * pred_gated = ggml_mul(ctx, rows(ctx, pred, 1, n - 1), rows(ctx, gate, 2, n));
+        lattice.pairs = ggml_mul_mat(ctx, rows(ctx, succ, 2, n), pred_gated);  // [k cand, k pred, masks - 1]
+    }
+    return lattice;
+}
+
+}  // namespace
+
+ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw,
+                                 DFlashLattice * lattice) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
     ggml_tensor * x = embed_tokens(g);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         const LayerWeights & l = g.w.layers[il];
-        ggml_tensor * h = rms_norm(g, x, l.attn_norm);
-        ggml_tensor * q = ggml_reshape_3d(ctx, g.matmul(l.wq, h), hp.head_dim, hp.n_head, g.n_rows);
-        q = rope(g, il, rms_norm(g, q, l.q_norm));
-        auto [k, v] = keys_and_values(g, il, h);
-        ggml_tensor * o = g.matmul(l.wo, attend(g, il, q, k, v));
-        if (d.value_scale != 0.0f) o = ggml_scale(ctx, o, d.value_scale);
+        const DFlashConvWeights no_conv{};
+        ggml_tensor * o = convolved(g, d, d.convolves() ? dw.attn_conv[il] : no_conv, rms_norm(g, x, l.attn_norm),
+                                    [&](ggml_tensor * h) {
+            ggml_tensor * q = ggml_reshape_3d(ctx, g.matmul(l.wq, h), hp.head_dim, hp.n_head, g.n_rows);
+            q = rope(g, il, rms_norm(g, q, l.q_norm));
+            auto [k, v] = keys_and_values(g, il, h);
+            ggml_tensor * out = g.matmul(l.wo, attend(g, il, q, k, v));
+            return d.value_scale != 0.0f ? ggml_scale(ctx, out, d.value_scale) : out;
+        });
         if (l.attn_post_norm) o = rms_norm(g, o, l.attn_post_norm);
         x = ggml_add(ctx, x, o);
-        ggml_tensor * f = gated_ffn(g, l, rms_norm(g, x, l.ffn_norm), d.gelu ? FfnActivation::gelu : FfnActivation::silu);
+        ggml_tensor * f = convolved(g, d, d.convolves() ? dw.ffn_conv[il] : no_conv, rms_norm(g, x, l.ffn_norm),
+                                    [&](ggml_tensor * h) {
+            return gated_ffn(g, l, h, d.gelu ? FfnActivation::gelu : FfnActivation::silu);
+        });
         if (l.ffn_post_norm) f = rms_norm(g, f, l.ffn_post_norm);
         x = ggml_add(ctx, x, f);
     }
-    return rms_norm(g, x, g.w.output_norm);
+    ggml_tensor * final = rms_norm(g, x, g.w.output_norm);
+    if (lattice && d.selects()) {
+        *lattice = build_lattice(g, d, dw, final);
+        for (ggml_tensor * t : {lattice->ids, lattice->scores, lattice->pairs}) {
+            if (t) g.outputs.push_back(t);
+        }
+    }
+    return final;
 }
 
 }  // namespace ggspec

@@ -7,6 +7,11 @@
 //   block (pass C): [anchor, MASK x n] through the layers, every row attending
 //     over the injected context and the whole block; ends after the final norm
 //     (the target's LM head, or the drafter's own, follows).
+// DFlash2 (a file with selector_hidden) adds a grouped dynamic depthwise conv
+// around every attention and FFN sublayer (causal within the block), and ends
+// pass C in a candidate lattice instead of logits: the top-k candidates of
+// each MASK row with their scores, and pair scores <A[pred] * (P h), B[cand]>
+// between consecutive rows' candidates (the greedy walk runs on the host).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -24,11 +29,42 @@ struct DFlashParams {
     float value_scale = 0.0f;            // 0 = off
     bool gelu = false;                   // hidden_activation gelu (ggml's tanh form) instead of silu
     bool causal = false;                 // dflash.attention.causal
+    // DFlash2 (0: absent)
+    int64_t conv_kernel = 0;
+    int64_t conv_group = 0;              // channels per dynamic-weight group
+    int64_t selector_rank = 0;
+    int64_t selector_top_k = 0;
+    float logit_scale = 0.0f;            // applied to the unary scores only (0 = off)
+    float final_softcap = 0.0f;
+    // attribution switches (GGSPEC_DFLASH_CONV=0 / GGSPEC_DFLASH_SELECTOR=0): the weights were trained with both
+    bool use_conv = true;
+    bool use_selector = true;
+
+    bool dflash2() const { return selector_top_k > 0; }
+    bool convolves() const { return dflash2() && use_conv; }
+    bool selects() const { return dflash2() && use_selector; }
+};
+
+struct DFlashConvWeights {
+    ggml_tensor * base = nullptr;  // [n_embd, kernel, 2]: side 0 wraps the sublayer's input, side 1 its output
+    ggml_tensor * proj = nullptr;  // [n_embd, 2 * kernel * groups]: the per-row dynamic part
 };
 
 struct DFlashWeights {
     ggml_tensor * fc = nullptr;        // [n_taps * n_embd, n_embd]
     ggml_tensor * enc_norm = nullptr;  // enc.output_norm
+    std::vector<DFlashConvWeights> attn_conv, ffn_conv;  // per layer (DFlash2)
+    ggml_tensor * predecessor = nullptr;  // [rank, n_vocab] codebook A
+    ggml_tensor * successor = nullptr;    // [rank, n_vocab] codebook B
+    ggml_tensor * hidden_proj = nullptr;  // [n_embd, rank] P
+};
+
+// What pass C of a DFlash2 drafter returns for a block of n rows (g = n - 1
+// MASK rows): the only tensors read back.
+struct DFlashLattice {
+    ggml_tensor * ids = nullptr;     // I32 [k, g]: each MASK row's top-k candidates (unordered)
+    ggml_tensor * scores = nullptr;  // [k, g]: row 1: unary + transition from the anchor; later rows: unary
+    ggml_tensor * pairs = nullptr;   // [k (cand), k (pred), g - 1]: transitions from row i-1's candidates (g > 1)
 };
 
 // Reads a drafter file. Its token_embd / output may be absent (n_vocab 0):
@@ -36,6 +72,8 @@ struct DFlashWeights {
 void load_dflash(const ModelFile & file, Hparams & hp, ModelWeights & w, DFlashParams & d, DFlashWeights & dw);
 
 ggml_tensor * build_dflash_inject(ForwardGraph & g, const DFlashWeights & dw);
-ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d);
+// Pass C; for a selecting DFlash2 drafter it also builds the lattice into `lattice`.
+ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw,
+                                 DFlashLattice * lattice);
 
 }  // namespace ggspec

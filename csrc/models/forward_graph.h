@@ -44,6 +44,8 @@ struct ForwardGraph {
     int64_t state_slots = 1;
     bool writes_state = true;
     std::vector<StateSources> state_sources;
+    // Body-specific results read after the forward (a DFlash2 lattice), in order.
+    std::vector<ggml_tensor *> outputs;
     // Nodes with effects that no output depends on (state and cache writes):
     // added to the graph after everything the builder returned.
     std::vector<ggml_tensor *> writes;

@@ -8,9 +8,43 @@ target's unless the drafter ships its own (borrowed in the C++ core).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ggspec.speculators.base import DraftHeadKind
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Pass C's result for the block's MASK rows.
+
+    values, ids: [rows, k]. DFlash: each row's top-k logits and ids, best first.
+    DFlash2: each row's candidates (unordered) and unary scores, row 0's including
+    its transition from the anchor. pairs: DFlash2's [rows - 1, k, k] transition
+    scores, pairs[i - 1][p][c] from row i-1's candidate p to row i's candidate c;
+    None for DFlash.
+    """
+
+    values: np.ndarray
+    ids: np.ndarray
+    pairs: np.ndarray | None
+
+    def walk(self) -> tuple[list[int], list[float]]:
+        """The greedy left-to-right draft and each position's probability: DFlash2's
+        softmax of the k scores given the chosen predecessor, DFlash's top-1 over its
+        top-k logits."""
+        tokens, probabilities = [], []
+        chosen = None
+        for i in range(len(self.ids)):
+            scores = self.values[i].astype(np.float64)
+            if self.pairs is not None and i > 0:
+                scores = scores + self.pairs[i - 1][chosen]
+            chosen = int(np.argmax(scores))
+            e = np.exp(scores - scores[chosen])
+            tokens.append(int(self.ids[i][chosen]))
+            probabilities.append(float(1.0 / e.sum()))
+        return tokens, probabilities
 
 
 class BlockDrafter:
@@ -27,10 +61,19 @@ class BlockDrafter:
         """Passes A+B: committed rows' features [n, len(target_layers) * n_embd] at positions start.."""
         self._core.drafter_inject(features, int(start))
 
-    def draft(self, anchor: int, position: int, n_block: int, top_k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Pass C over [anchor, MASK x (n_block - 1)] at positions position..: the top-k logits
-        and ids (best first) of each MASK row, [n_block - 1, top_k] each."""
-        return self._core.drafter_draft(int(anchor), int(position), int(n_block), int(top_k))
+    def draft(self, anchor: int, position: int, n_block: int, top_k: int) -> Draft:
+        """Pass C over [anchor, MASK x (n_block - 1)] at positions position.. ."""
+        return Draft(*self._core.drafter_draft(int(anchor), int(position), int(n_block), int(top_k)))
+
+    @property
+    def readback_bytes(self) -> int:
+        """Bytes pass C has copied to the host (a DFlash2 lattice: exactly its size)."""
+        return self._core.drafter_readback_bytes
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        """Time in passes A+B (inject) and pass C (draft) so far."""
+        return {"inject": self._core.drafter_inject_seconds, "draft": self._core.drafter_draft_seconds}
 
     @property
     def graph_calls(self) -> int:

@@ -98,7 +98,9 @@ class Target:
         """Attaches a DFlash drafter GGUF (general.architecture "dflash") to this target.
         Raises ModelFormatError naming what does not fit (width, target layers, vocabulary,
         mask token)."""
-        self._core.attach_drafter(os.fspath(path))
+        # attribution switches; the drafter's weights were trained with both on
+        self._core.attach_drafter(os.fspath(path), use_conv=os.environ.get("GGSPEC_DFLASH_CONV", "1") != "0",
+                                  use_selector=os.environ.get("GGSPEC_DFLASH_SELECTOR", "1") != "0")
         self._block_drafter = BlockDrafter(self._core)
         return self._block_drafter
 

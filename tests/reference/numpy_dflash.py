@@ -46,6 +46,18 @@ def _metadata(reader: GGUFReader) -> dict:
     return meta
 
 
+def grouped_conv(x: np.ndarray, dyn: np.ndarray, base: np.ndarray, side: int, kernel: int, group: int) -> np.ndarray:
+    """DFlash2's conv over one block: y[t] = sum_tap (base[side, tap] + dyn[t, side, tap, c // group]) * x[t - tap],
+    x[t < 0] = 0. x [n, E], dyn [n, 2 * kernel * E / group], base [2, kernel, E]."""
+    n, width = x.shape
+    d = dyn.reshape(n, 2, kernel, width // group)[:, side]
+    w = base[side][None] + np.repeat(d, group, axis=2)
+    y = np.zeros_like(x)
+    for tap in range(min(kernel, n)):
+        y[tap:] += w[tap:, tap] * x[:n - tap]
+    return y
+
+
 class DFlashReference:
     def __init__(self, path, target: ReferenceModel):
         reader = GGUFReader(path)
@@ -62,6 +74,12 @@ class DFlashReference:
         self.mask = m["tokenizer.ggml.mask_token_id"]
         self.n_swa = m.get("dflash.attention.sliding_window", 0)
         self.swa = m["dflash.attention.sliding_window_pattern"] if self.n_swa else [False] * self.n_layer
+        self.dflash2 = "selector_hidden.weight" in self.w
+        if self.dflash2:
+            self.kernel, self.group = m["dflash.conv_kernel_size"], m["dflash.conv_group_size"]
+            self.top_k = m["dflash.selector_top_k"]
+            self.logit_scale = m.get("dflash.logit_scale", 0.0)
+            self.softcap = m.get("dflash.final_logit_softcapping", 0.0)
 
     def _layer(self, il: int, name: str):
         return self.w.get(f"blk.{il}.{name}.weight")
@@ -79,33 +97,71 @@ class DFlashReference:
         positions = np.arange(len(g))
         return [self._keys_values(il, g, positions) for il in range(self.n_layer)]
 
+    def _convolved(self, il: int, side: str, normed: np.ndarray, sublayer) -> np.ndarray:
+        if not self.dflash2:
+            return sublayer(normed)
+        base, dyn = self.w[f"blk.{il}.{side}_conv_base"], normed @ self._layer(il, f"{side}_conv_proj").T
+        inner = sublayer(grouped_conv(normed, dyn, base, 0, self.kernel, self.group))
+        return grouped_conv(inner, dyn, base, 1, self.kernel, self.group)
+
     def draft(self, context, anchor: int, n_max: int) -> np.ndarray:
-        """Logits [n_max, n_vocab] of the MASK rows of [anchor, MASK x n_max] at positions P.."""
+        """Logits [n_max, n_vocab] of the MASK rows of [anchor, MASK x n_max] at positions P..;
+        a DFlash2 drafter's after its logit transform."""
+        logits, _ = self._block(context, anchor, n_max)
+        return logits[1:]
+
+    def walk(self, context, anchor: int, n_max: int) -> tuple[list[int], list[float]]:
+        """DFlash2's greedy walk over its lattice: the draft and each position's probability
+        (softmax of the top-k candidates' scores given the chosen predecessor)."""
+        logits, final = self._block(context, anchor, n_max)
+        gate = final @ self.w["selector_hidden.weight"].T
+        pred_codes, succ_codes = self.w["selector_predecessor.weight"], self.w["selector_successor.weight"]
+        tokens, probabilities, previous = [], [], anchor
+        for i in range(1, n_max + 1):
+            cand = np.argsort(-logits[i], kind="stable")[:self.top_k]
+            scores = logits[i, cand] + (pred_codes[previous] * gate[i]) @ succ_codes[cand].T
+            j = int(np.argmax(scores))
+            previous = int(cand[j])
+            tokens.append(previous)
+            probabilities.append(float(1.0 / np.exp(scores - scores[j]).sum()))
+        return tokens, probabilities
+
+    def _block(self, context, anchor: int, n_max: int) -> tuple[np.ndarray, np.ndarray]:
         pos0, n = len(context[0][0]), n_max + 1
         positions = np.arange(pos0, pos0 + n)
         embd = self.w.get("token_embd.weight", self.target["token_embd.weight"])
         x = embd[[anchor] + [self.mask] * n_max].copy()
         for il in range(self.n_layer):
-            h = rms(x, self._layer(il, "attn_norm"), self.eps)
-            q = (h @ self._layer(il, "attn_q").T).reshape(n, self.n_head, self.head_dim)
-            q = rope_neox(rms(q, self._layer(il, "attn_q_norm"), self.eps), positions, self.n_rot, self.base)
-            k, v = self._keys_values(il, h, positions)
-            keys, values = np.concatenate([context[il][0], k]), np.concatenate([context[il][1], v])
-            key_positions = np.concatenate([np.arange(pos0), positions])
-            hidden = np.zeros((n, len(key_positions)), bool)  # non-causal
-            if self.n_swa and self.swa[il]:
-                hidden |= positions[:, None] - key_positions[None] >= self.n_swa
-            group = self.n_head // self.n_head_kv
-            s = np.einsum("thd,khd->htk", q, np.repeat(keys, group, axis=1)) / np.sqrt(self.head_dim)
-            s = np.where(hidden[None], -np.inf, s)
-            p = np.exp(s - s.max(-1, keepdims=True))
-            p /= p.sum(-1, keepdims=True)
-            o = np.einsum("htk,khd->thd", p, np.repeat(values, group, axis=1)).reshape(n, -1)
-            x = x + o @ self._layer(il, "attn_output").T
-            h = rms(x, self._layer(il, "ffn_norm"), self.eps)
-            gate = h @ self._layer(il, "ffn_gate").T
-            x = x + ((gate / (1 + np.exp(-gate))) * (h @ self._layer(il, "ffn_up").T)) @ self._layer(il, "ffn_down").T
+            def attention(h, il=il):
+                q = (h @ self._layer(il, "attn_q").T).reshape(n, self.n_head, self.head_dim)
+                q = rope_neox(rms(q, self._layer(il, "attn_q_norm"), self.eps), positions, self.n_rot, self.base)
+                k, v = self._keys_values(il, h, positions)
+                keys, values = np.concatenate([context[il][0], k]), np.concatenate([context[il][1], v])
+                key_positions = np.concatenate([np.arange(pos0), positions])
+                hidden = np.zeros((n, len(key_positions)), bool)  # non-causal
+                if self.n_swa and self.swa[il]:
+                    hidden |= positions[:, None] - key_positions[None] >= self.n_swa
+                group = self.n_head // self.n_head_kv
+                s = np.einsum("thd,khd->htk", q, np.repeat(keys, group, axis=1)) / np.sqrt(self.head_dim)
+                s = np.where(hidden[None], -np.inf, s)
+                p = np.exp(s - s.max(-1, keepdims=True))
+                p /= p.sum(-1, keepdims=True)
+                o = np.einsum("htk,khd->thd", p, np.repeat(values, group, axis=1)).reshape(n, -1)
+                return o @ self._layer(il, "attn_output").T
+
+            def ffn(h, il=il):
+                gate = h @ self._layer(il, "ffn_gate").T
+                return ((gate / (1 + np.exp(-gate))) * (h @ self._layer(il, "ffn_up").T)) @ self._layer(il, "ffn_down").T
+
+            x = x + self._convolved(il, "attn", rms(x, self._layer(il, "attn_norm"), self.eps), attention)
+            x = x + self._convolved(il, "ffn", rms(x, self._layer(il, "ffn_norm"), self.eps), ffn)
         final = rms(x, self.w["output_norm.weight"], self.eps)
         head = self.w.get("output.weight", self.w.get("token_embd.weight",
                                                       self.target.get("output.weight", self.target["token_embd.weight"])))
-        return (final @ head.T)[1:]
+        logits = final @ head.T
+        if self.dflash2:
+            if self.logit_scale:
+                logits = logits * self.logit_scale
+            if self.softcap > 0:
+                logits = self.softcap * np.tanh(logits / self.softcap)
+        return logits, final

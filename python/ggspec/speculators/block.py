@@ -4,13 +4,14 @@ The drafter's context is the target's residual rows of every committed token,
 injected at commit; a proposal runs one forward over [anchor, MASK x window] at
 the anchor's position. The window is fixed per speculator (the block's length
 changes every row of a non-causal drafter), and a step's tighter budget only
-truncates. Drafts stop where the cumulative probability of the prefix (each
-position's top-1 over its top-10 logits) falls below min_draft_prob.
+truncates. The draft is the drafter's greedy walk (a DFlash2 lattice, or each
+row's argmax); it stops where the cumulative probability of the prefix falls
+below min_draft_prob.
 """
 
 from __future__ import annotations
 
-from ggspec.speculators.base import TOP_K, DraftContext, Speculator, top1_probability
+from ggspec.speculators.base import TOP_K, DraftContext, Speculator
 
 
 class BlockDraftSpeculator(Speculator):
@@ -31,14 +32,15 @@ class BlockDraftSpeculator(Speculator):
         self.drafter.inject(hidden_rows, start_pos)
 
     def propose(self, ctx: DraftContext, out: list[int]) -> int:
-        values, ids = self.drafter.draft(ctx.history[-1], ctx.position, self.max_draft_tokens + 1, TOP_K)
+        draft = self.drafter.draft(ctx.history[-1], ctx.position, self.max_draft_tokens + 1, TOP_K)
+        tokens, probabilities = draft.walk()
         prefix = 1.0
         n = 0
-        for row_values, row_ids in zip(values[:ctx.max_draft], ids[:ctx.max_draft]):
-            prefix *= top1_probability(row_values)
+        for token, p in zip(tokens[:ctx.max_draft], probabilities):
+            prefix *= p
             if prefix < self.min_draft_prob:
                 break
-            out.append(int(row_ids[0]))
+            out.append(token)
             n += 1
         return n
 
