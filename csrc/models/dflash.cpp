@@ -219,39 +219,39 @@ ggml_tensor * rows(ggml_context * ctx, ggml_tensor * t, int64_t first, int64_t l
     return ggml_cont(ctx, ggml_view_3d(ctx, t, t->ne[0], t->ne[1], last - first, t->nb[1], t->nb[2], first * t->nb[2]));
 }
 
-// The candidate lattice of the block's MASK rows (rows 1..n-1); see DFlashLattice.
+// The candidate lattice of the block's MASK rows (rows 1..n-1; the anchor's row
+// never reaches the LM head); see DFlashLattice.
 DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw, ggml_tensor * final) {
     ggml_context * ctx = g.ctx;
-    const int64_t n = g.n_rows, k = d.selector_top_k, masks = n - 1;
-    ggml_tensor * logits = g.matmul(g.w.output, final);  // [n_vocab, n]
+    const int64_t k = d.selector_top_k, masks = g.n_rows - 1, rank = d.selector_rank;
+    ggml_tensor * hidden = ggml_view_2d(ctx, final, final->ne[0], masks, final->nb[1], final->nb[1]);
+    ggml_tensor * logits = g.matmul(g.w.output, hidden);  // [n_vocab, masks]
     if (d.logit_scale != 0.0f) logits = ggml_scale(ctx, logits, d.logit_scale);
     if (d.final_softcap > 0.0f) {
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / d.final_softcap)), d.final_softcap);
     }
-    ggml_tensor * cand = ggml_top_k(ctx, logits, (int) k);  // I32 [k, n]
-    ggml_tensor * unary = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, logits->ne[0], n), cand);  // [1, k, n]
-    unary = ggml_reshape_3d(ctx, unary, k, 1, n);
-    ggml_tensor * gate = ggml_reshape_3d(ctx, g.matmul(dw.hidden_proj, final), d.selector_rank, 1, n);  // P h
-    // codebook rows of every candidate, [rank, k, n]
-    ggml_tensor * flat_cand = ggml_reshape_1d(ctx, ggml_cont(ctx, cand), k * n);
+    ggml_tensor * cand = ggml_cont(ctx, ggml_top_k(ctx, logits, (int) k));  // I32 [k, masks]
+    ggml_tensor * unary = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, logits->ne[0], masks), cand);
+    unary = ggml_reshape_3d(ctx, unary, k, 1, masks);
+    ggml_tensor * gate = ggml_reshape_3d(ctx, g.matmul(dw.hidden_proj, hidden), rank, 1, masks);  // P h
+    // codebook rows of every candidate, [rank, k, masks]
     auto codes = [&](ggml_tensor * codebook) {
-        return ggml_reshape_3d(ctx, ggml_get_rows(ctx, codebook, flat_cand), d.selector_rank, k, n);
+        return ggml_reshape_3d(ctx, ggml_get_rows(ctx, codebook, ggml_reshape_1d(ctx, cand, k * masks)), rank, k, masks);
     };
     ggml_tensor * succ = codes(dw.successor);  // B[cand]
 
     DFlashLattice lattice;
-    lattice.ids = ggml_cont(ctx, ggml_view_2d(ctx, cand, k, masks, cand->nb[1], cand->nb[1]));
-    // row 1's one predecessor is the anchor: its transition joins row 1's unary scores
+    lattice.ids = cand;
+    // the first MASK row's one predecessor is the anchor: its transition joins that row's unary scores
     ggml_tensor * anchor = ggml_get_rows(ctx, dw.predecessor, ggml_view_1d(ctx, g.tokens, 1, 0));  // [rank, 1]
-    ggml_tensor * anchor_gated = ggml_mul(ctx, ggml_reshape_3d(ctx, anchor, d.selector_rank, 1, 1), rows(ctx, gate, 1, 2));
-    ggml_tensor * first = ggml_add(ctx, rows(ctx, unary, 1, 2), ggml_mul_mat(ctx, rows(ctx, succ, 1, 2), anchor_gated));
+    ggml_tensor * anchor_gated = ggml_mul(ctx, ggml_reshape_3d(ctx, anchor, rank, 1, 1), rows(ctx, gate, 0, 1));
+    ggml_tensor * first = ggml_add(ctx, rows(ctx, unary, 0, 1), ggml_mul_mat(ctx, rows(ctx, succ, 0, 1), anchor_gated));
     lattice.scores = ggml_reshape_2d(ctx, first, k, 1);
     if (masks > 1) {
-        lattice.scores = ggml_concat(ctx, lattice.scores, ggml_reshape_2d(ctx, rows(ctx, unary, 2, n), k, masks - 1), 1);
-        // rows 2..n-1: the predecessors are row i-1's candidates
-        ggml_tensor * pred = codes(dw.predecessor);  // A[cand]
-        ggml_tensor * pred_gated = ggml_mul(ctx, rows(ctx, pred, 1, n - 1), rows(ctx, gate, 2, n));
-        lattice.pairs = ggml_mul_mat(ctx, rows(ctx, succ, 2, n), pred_gated);  // [k cand, k pred, masks - 1]
+        lattice.scores = ggml_concat(ctx, lattice.scores, ggml_reshape_2d(ctx, rows(ctx, unary, 1, masks), k, masks - 1), 1);
+        // later rows: the predecessors are the previous row's candidates
+        ggml_tensor * pred_gated = ggml_mul(ctx, rows(ctx, codes(dw.predecessor), 0, masks - 1), rows(ctx, gate, 1, masks));
+        lattice.pairs = ggml_mul_mat(ctx, rows(ctx, succ, 1, masks), pred_gated);  // [k cand, k pred, masks - 1]
     }
     return lattice;
 }

@@ -1,15 +1,19 @@
 """BlockDraftSpeculator: a block drafter (DFlash) proposes a whole window per pass.
 
-The drafter's context is the target's residual rows of every committed token,
-injected at commit; a proposal runs one forward over [anchor, MASK x window] at
-the anchor's position. The window is fixed per speculator (the block's length
-changes every row of a non-causal drafter), and a step's tighter budget only
-truncates. The draft is the drafter's greedy walk (a DFlash2 lattice, or each
+The drafter's context is the target's residual rows of every committed token.
+Commits queue them and the next proposal injects them (one pass, however many
+steps the governor kept drafting parked), then runs one forward over
+[anchor, MASK x window] at the anchor's position. A step with a tighter budget
+(a governor probe, the end of the generation) runs a shorter block: cheaper, and
+its drafts differ from a full block's (the drafter is non-causal), never the
+output. The draft is the drafter's greedy walk (a DFlash2 lattice, or each
 row's argmax); it stops where the cumulative probability of the prefix falls
 below min_draft_prob.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ggspec.speculators.base import TOP_K, DraftContext, Speculator
 
@@ -27,16 +31,29 @@ class BlockDraftSpeculator(Speculator):
         super().__init__(window if max_draft_tokens is None else min(max_draft_tokens, window), min_draft_prob)
         self.drafter = drafter
         self.hidden_layers = drafter.target_layers
+        self.reset()
+
+    def reset(self) -> None:
+        # runs of consecutive committed positions: [first position, end, feature row blocks]
+        self._queued: list[list] = []
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
-        self.drafter.inject(hidden_rows, start_pos)
+        if self._queued and self._queued[-1][1] == start_pos:
+            self._queued[-1][1] += len(hidden_rows)
+            self._queued[-1][2].append(hidden_rows)
+        else:
+            self._queued.append([start_pos, start_pos + len(hidden_rows), [hidden_rows]])
 
     def propose(self, ctx: DraftContext, out: list[int]) -> int:
-        draft = self.drafter.draft(ctx.history[-1], ctx.position, self.max_draft_tokens + 1, TOP_K)
+        for first, _, blocks in self._queued:
+            self.drafter.inject(np.concatenate(blocks), first)
+        self._queued = []
+        window = min(self.max_draft_tokens, ctx.max_draft)
+        draft = self.drafter.draft(ctx.history[-1], ctx.position, window + 1, TOP_K)
         tokens, probabilities = draft.walk()
         prefix = 1.0
         n = 0
-        for token, p in zip(tokens[:ctx.max_draft], probabilities):
+        for token, p in zip(tokens, probabilities):
             prefix *= p
             if prefix < self.min_draft_prob:
                 break
