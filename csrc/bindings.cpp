@@ -160,7 +160,7 @@ PYBIND11_MODULE(_core, m) {
                                [](Target & t) { return t.draft_head() ? t.draft_head()->graph_calls() : 0; })
         .def_property_readonly("head_seq_len", [](Target & t) { return t.draft_head() ? t.draft_head()->seq_len() : 0; })
         .def("attach_drafter", &Target::attach_drafter, py::arg("path"), py::arg("use_conv") = true,
-             py::arg("use_selector") = true, py::call_guard<py::gil_scoped_release>())
+             py::arg("use_selector") = true, py::arg("fused") = true, py::call_guard<py::gil_scoped_release>())
         .def("drafter_inject", &drafter_inject, py::arg("features"), py::arg("start"))
         .def("drafter_draft", &drafter_draft, py::arg("anchor"), py::arg("pos0"), py::arg("n_block"), py::arg("top_k"))
         .def_property_readonly("has_block_drafter", [](Target & t) { return t.block_drafter() != nullptr; })

@@ -10,7 +10,7 @@ namespace ggspec {
 
 BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggml_backend_t backend,
                            const Hparams & target, const ModelWeights & target_w, const DrafterOptions & opt,
-                           bool use_conv, bool use_selector)
+                           bool use_conv, bool use_selector, bool fused)
     : max_rows_(opt.max_rows) {
     file_ = std::make_unique<ModelFile>(path);
     const std::string arch = file_->has_key("general.architecture") ? file_->get_str("general.architecture") : "";
@@ -26,7 +26,8 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
     inject_ = std::make_unique<GraphRunner>(
         backend,
         ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_inject(g, dw_); },
-                  /*hidden_width=*/(int64_t) d_.target_layers.size() * hp_.n_embd},
+                  /*hidden_width=*/(int64_t) d_.target_layers.size() * hp_.n_embd, /*causal=*/true,
+                  /*per_op=*/!fused},
         opt.row_kernels, opt.graph_budget_bytes);
     block_ = std::make_unique<GraphRunner>(
         backend,
@@ -35,7 +36,7 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
                       DFlashLattice lattice;
                       return build_dflash_block(g, d_, dw_, &lattice);
                   },
-                  /*hidden_width=*/0, /*causal=*/d_.causal},
+                  /*hidden_width=*/0, /*causal=*/d_.causal, /*per_op=*/!fused},
         opt.row_kernels, opt.graph_budget_bytes);
 }
 

@@ -29,9 +29,11 @@ public:
     // Throws ModelFormatError naming what does not fit the target: the
     // architecture, the width, a target layer out of range, the vocabulary,
     // the mask token.
-    // use_conv / use_selector switch DFlash2's extensions off, for attribution.
+    // use_conv / use_selector switch DFlash2's extensions off, for attribution;
+    // fused false runs the per-op reference path (GraphRunner's per_op).
     BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggml_backend_t backend, const Hparams & target,
-                 const ModelWeights & target_w, const DrafterOptions & opt, bool use_conv, bool use_selector);
+                 const ModelWeights & target_w, const DrafterOptions & opt, bool use_conv, bool use_selector,
+                 bool fused);
 
     // Passes A+B over committed rows at positions start..: features
     // [n, taps * n_embd], the target's inputs of the target_layers. Positions

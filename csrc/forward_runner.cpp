@@ -149,8 +149,24 @@ CachedGraph & GraphRunner::prepare(const GraphKey & key, const int32_t * tokens,
 }
 
 void GraphRunner::compute(CachedGraph & g) {
-    if (ggml_backend_graph_compute(backend_, g.graph) != GGML_STATUS_SUCCESS) {
-        throw std::runtime_error("graph compute failed on " + device_name());
+    if (!body_.per_op) {
+        if (ggml_backend_graph_compute(backend_, g.graph) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("graph compute failed on " + device_name());
+        }
+        ++computes_;
+        return;
+    }
+    if (!single_) {
+        ggml_init_params params = {ggml_graph_overhead_custom(1, false), nullptr, true};
+        single_ctx_.reset(ggml_init(params));
+        single_ = ggml_new_graph_custom(single_ctx_.get(), 1, false);
+    }
+    for (int i = 0; i < ggml_graph_n_nodes(g.graph); ++i) {
+        ggml_graph_clear(single_);
+        ggml_graph_add_node(single_, ggml_graph_node(g.graph, i));
+        if (ggml_backend_graph_compute(backend_, single_) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("graph compute failed on " + device_name());
+        }
     }
     ++computes_;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "graph_cache.h"
 #include "kv_cache.h"
 #include "models/forward_graph.h"
@@ -35,6 +36,9 @@ struct ModelBody {
     BuildBody build;
     int64_t hidden_width = 0;   // a drafter's: each row also reads a hidden row this wide (0: none)
     bool causal = true;         // false: every row also sees the forward's later rows (a block drafter)
+    // A reference path: every node dispatched as a graph of its own, so no
+    // backend fuses ops or captures the graph (GGSPEC_DFLASH_FUSED=0).
+    bool per_op = false;
 };
 
 class GraphRunner {
@@ -61,6 +65,8 @@ private:
 
     ggml_backend_t backend_;
     ModelBody body_;
+    ggml_context_ptr single_ctx_;  // per_op: the one-node graph each node runs in
+    ggml_cgraph * single_ = nullptr;
     bool row_kernels_;
     GraphCache graphs_;
     uint64_t computes_ = 0;

@@ -102,10 +102,10 @@ DrafterOptions Target::drafter_options() const {
                           kv_type_from_name(opt_.kv_type), row_kernels_, opt_.graph_budget_bytes};
 }
 
-void Target::attach_drafter(const std::string & path, bool use_conv, bool use_selector) {
+void Target::attach_drafter(const std::string & path, bool use_conv, bool use_selector, bool fused) {
     drafter_.reset();  // its memory first
     drafter_ = std::make_unique<BlockDrafter>(path, dev_, backend_.get(), hp_, w_, drafter_options(), use_conv,
-                                              use_selector);
+                                              use_selector, fused);
 }
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }

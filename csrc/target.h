@@ -90,7 +90,7 @@ public:
     size_t graphs_cached() const { return runner_->cached(); }
     DraftHead * draft_head() { return head_.get(); }  // null: the file carries none
     // Attaches a block drafter (DFlash) from its own GGUF, replacing any before.
-    void attach_drafter(const std::string & path, bool use_conv = true, bool use_selector = true);
+    void attach_drafter(const std::string & path, bool use_conv = true, bool use_selector = true, bool fused = true);
     BlockDrafter * block_drafter() { return drafter_.get(); }  // null: none attached
     std::string device_name() const;
     size_t weight_bytes() const { return file_->weight_bytes(); }

@@ -95,6 +95,31 @@ def test_dflash2_switches_attribute_its_extensions(qwen3_target, tmp_path, monke
     assert not np.array_equal(drafts[None].values, drafts["GGSPEC_DFLASH_CONV"].values)
 
 
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "dflash2"])
+def test_one_graph_passes_equal_the_per_op_path(qwen3_target, tmp_path, monkeypatch, variant):
+    """GGSPEC_DFLASH_FUSED=0 dispatches every node of passes A+B and C as a graph of its
+    own; the one-graph passes must give the same bits."""
+    drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    tokens = list(range(10, 50))
+    features = target.spec_forward(tokens, hidden_layers=[0, 1]).hidden
+    drafts = {}
+    for fused in ("1", "0"):
+        monkeypatch.setenv("GGSPEC_DFLASH_FUSED", fused)
+        drafter = target.attach_drafter(drafter_path)
+        drafter.inject(features[:30], 0)
+        first = drafter.draft(77, 30, 8, 10)
+        drafter.inject(features[30:], 30)
+        drafts[fused] = (first, drafter.draft(91, 40, 5, 10))
+    for one_graph, per_op in zip(drafts["1"], drafts["0"]):
+        for field in ("values", "ids", "pairs"):
+            a, b = getattr(one_graph, field), getattr(per_op, field)
+            assert (a is None) == (b is None)
+            if a is not None:
+                assert np.array_equal(a.view(np.uint32) if a.dtype == np.float32 else a,
+                                      b.view(np.uint32) if b.dtype == np.float32 else b), field
+
+
 def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_path):
     target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
     drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf"))

@@ -98,9 +98,11 @@ class Target:
         """Attaches a DFlash drafter GGUF (general.architecture "dflash") to this target.
         Raises ModelFormatError naming what does not fit (width, target layers, vocabulary,
         mask token)."""
-        # attribution switches; the drafter's weights were trained with both on
-        self._core.attach_drafter(os.fspath(path), use_conv=os.environ.get("GGSPEC_DFLASH_CONV", "1") != "0",
-                                  use_selector=os.environ.get("GGSPEC_DFLASH_SELECTOR", "1") != "0")
+        # attribution switches (the drafter's weights were trained with both on), and
+        # the per-op reference path the one-graph passes are checked against
+        switch = lambda name: os.environ.get(name, "1") != "0"  # noqa: E731
+        self._core.attach_drafter(os.fspath(path), use_conv=switch("GGSPEC_DFLASH_CONV"),
+                                  use_selector=switch("GGSPEC_DFLASH_SELECTOR"), fused=switch("GGSPEC_DFLASH_FUSED"))
         self._block_drafter = BlockDrafter(self._core)
         return self._block_drafter
 
