@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 #include "errors.h"
@@ -67,13 +68,26 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
                                std::to_string(dw_.predecessor->ne[1]) + " tokens, its target " +
                                std::to_string(target.n_vocab));
     }
-    if (w_.output && w_.output->ne[1] != target.n_vocab) {
+    if (w_.output && !dw_.d2t && w_.output->ne[1] != target.n_vocab) {
         throw ModelFormatError("drafter '" + path + "' has an LM head over " + std::to_string(w_.output->ne[1]) +
                                " tokens, its target " + std::to_string(target.n_vocab));
     }
     if (d_.mask_token < 0 || d_.mask_token >= target.n_vocab) {
         throw ModelFormatError("drafter '" + path + "' names mask token " + std::to_string(d_.mask_token) +
                                ", outside the vocabulary of " + std::to_string(target.n_vocab));
+    }
+    if (dw_.d2t) {
+        // read now, while the file's data is mapped; every entry must be a target token
+        head_to_token_.resize((size_t) ggml_nelements(dw_.d2t));
+        std::vector<uint8_t> raw(ggml_nbytes(dw_.d2t));
+        file_->read_tensor(dw_.d2t, raw.data());
+        std::memcpy(head_to_token_.data(), raw.data(), raw.size());
+        for (int64_t id : head_to_token_) {
+            if (id < 0 || id >= target.n_vocab) {
+                throw ModelFormatError("drafter '" + path + "' maps a draft row to token " + std::to_string(id) +
+                                       " (d2t), outside the vocabulary of " + std::to_string(target.n_vocab));
+            }
+        }
     }
     // Borrowed from the target: its embedding, and its LM head unless the
     // drafter ships one (tied to its own embedding when it ships only that).
@@ -127,7 +141,8 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
     }
     if (pos0 < 0 || pos0 + n_block > kv_->n_ctx()) throw std::invalid_argument("the draft block overflows the context");
     if (anchor < 0 || anchor >= hp_.n_vocab) throw std::invalid_argument("anchor token outside the vocabulary");
-    if (top_k < 1 || top_k > hp_.n_vocab) throw std::invalid_argument("top_k must be in [1, n_vocab]");
+    const int64_t head_rows = w_.output->ne[1];
+    if (top_k < 1 || top_k > head_rows) throw std::invalid_argument("top_k must be in [1, the head's rows]");
     const auto t0 = std::chrono::steady_clock::now();
     seek(pos0);
     tokens_.assign((size_t) n_block, d_.mask_token);
@@ -163,6 +178,9 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
             block_->read_outputs(g, key, 0, 0, rows);
             readback_bytes_ += 2 * ids.size() * sizeof(float);
             out.ids.assign(ids.begin() + top_k, ids.end());  // row 0 is the anchor's
+            if (!head_to_token_.empty()) {
+                for (int32_t & id : out.ids) id = (int32_t) head_to_token_[id];
+            }
             out.values.assign(values.begin() + top_k, values.end());
         }
     } catch (...) {

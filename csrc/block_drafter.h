@@ -67,6 +67,7 @@ private:
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<GraphRunner> inject_, block_;
     std::vector<int32_t> tokens_;
+    std::vector<int64_t> head_to_token_;  // d2t: a reduced head's rows as target tokens
     double inject_seconds_ = 0.0, draft_seconds_ = 0.0;
     uint64_t readback_bytes_ = 0;
 };

@@ -95,7 +95,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
             cg->ids = key.top_k == 1 ? ggml_reshape_2d(ctx, ggml_argmax(ctx, logits), 1, key.n_out)
                                      : ggml_top_k(ctx, logits, key.top_k);
             cg->values = ggml_reshape_2d(
-                ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, hp.n_vocab, key.n_out), cg->ids), key.top_k,
+                ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, logits->ne[0], key.n_out), cg->ids), key.top_k,
                 key.n_out);
             ggml_set_output(cg->ids);
             ggml_set_output(cg->values);

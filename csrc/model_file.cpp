@@ -227,6 +227,13 @@ void ModelFile::bind(ggml_backend_dev_t dev) {
     }
 }
 
+void ModelFile::read_tensor(const ggml_tensor * t, void * dst) const {
+    const int64_t id = gguf_find_tensor(gguf_, ggml_get_name(t));
+    if (id < 0) throw std::logic_error(std::string("no tensor '") + ggml_get_name(t) + "' in '" + path_ + "'");
+    const auto * base = (const uint8_t *) map_ + gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, id);
+    std::memcpy(dst, base, ggml_nbytes(t));
+}
+
 size_t ModelFile::weight_bytes() const {
     size_t total = 0;
     for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) total += ggml_nbytes(t);

@@ -42,6 +42,8 @@ public:
     void bind(ggml_backend_dev_t dev);
 
     size_t weight_bytes() const;
+    // Copies a tensor's bytes out of the file (small tables a host needs, such as a d2t map).
+    void read_tensor(const ggml_tensor * t, void * dst) const;
 
 private:
     int key_id(const std::string & key) const;

@@ -28,6 +28,7 @@ VARIANTS = {
     "shared-kv": dict(shared_kv=True),
     "sliding-window": dict(sliding_window=(4, [True, False])),
     "own-embeddings": dict(own_embeddings=True),
+    "reduced-vocab": dict(reduced_vocab=96),
     "dflash2": dict(dflash2={}),
 }
 
@@ -197,6 +198,7 @@ def test_auto_picks_an_attached_drafter_over_the_files_head(targets):
     (dict(n_vocab=300), "vocabulary"),
     (dict(mask_token=None), "mask token"),
     (dict(mask_token=400), "mask token 400"),
+    (dict(reduced_vocab=96, dflash2={}), "d2t"),
 ])
 def test_bad_bindings_fail_clearly(qwen3_target, tmp_path, change, words):
     target = ggspec.load(qwen3_target, n_ctx=128)
@@ -212,7 +214,7 @@ def test_a_model_that_is_not_a_drafter_is_refused(qwen3_target):
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("variant", ["plain", "sliding-window", "dflash2"])
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab", "dflash2"])
 def test_llama_cpp_runs_its_dflash_speculation_on_the_files(qwen3_target, tmp_path, variant):
     drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
     cmd = [*speculative_cmd(qwen3_target, "a b c d", "draft-dflash", n_predict=24, threads=1, ctx=256),

@@ -19,7 +19,9 @@ void refuse_unsupported(const ModelFile & f, const Hparams & hp) {
         throw ModelFormatError("drafter '" + f.path() + "' has " + what + ", which ggspec does not support yet");
     };
     if (f.find_tensor("markov_w1.weight")) refuse("a DSpark head ('markov_w1.weight')");
-    if (f.find_tensor("d2t")) refuse("a reduced draft vocabulary ('d2t')");
+    if (f.find_tensor("d2t") && f.find_tensor("selector_hidden.weight")) {
+        refuse("a reduced draft vocabulary ('d2t') with DFlash2's selector");
+    }
     for (const char * name : {"fc.scale", "output.scale", "rope_freqs.weight"}) {
         if (f.find_tensor(name)) refuse("'" + std::string(name) + "'");
     }
@@ -129,6 +131,12 @@ void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashPara
     if (hp.n_vocab > 0) w.tok_embd = f.tensor("token_embd.weight", {e, hp.n_vocab});
     const ggml_tensor * output = f.find_tensor("output.weight");
     if (output) w.output = f.tensor("output.weight", {e, output->ne[1]});
+    // a reduced vocabulary: row r of the drafter's own head drafts target token d2t[r]
+    if (f.find_tensor("d2t")) {
+        if (!output) throw ModelFormatError("drafter '" + f.path() + "' has 'd2t' but no head of its own ('output.weight')");
+        dw.d2t = f.tensor("d2t", {output->ne[1]});
+        if (dw.d2t->type != GGML_TYPE_I64) throw ModelFormatError("'d2t' in '" + f.path() + "' must be I64");
+    }
 
     if (f.find_tensor("selector_hidden.weight")) load_dflash2(f, hp, d, dw);
 

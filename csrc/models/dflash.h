@@ -57,6 +57,7 @@ struct DFlashWeights {
     ggml_tensor * predecessor = nullptr;  // [rank, n_vocab] codebook A
     ggml_tensor * successor = nullptr;    // [rank, n_vocab] codebook B
     ggml_tensor * hidden_proj = nullptr;  // [n_embd, rank] P
+    ggml_tensor * d2t = nullptr;          // I64 [head rows]: a reduced head's row -> target token id
 };
 
 // What pass C of a DFlash2 drafter returns for a block of n rows (g = n - 1

@@ -61,7 +61,9 @@ def grouped_conv(x: np.ndarray, dyn: np.ndarray, base: np.ndarray, side: int, ke
 class DFlashReference:
     def __init__(self, path, target: ReferenceModel):
         reader = GGUFReader(path)
-        self.w = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), np.float64) for t in reader.tensors}
+        self.w = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), np.float64) for t in reader.tensors
+                  if t.name != "d2t"}
+        self.d2t = next((np.array(t.data, np.int64) for t in reader.tensors if t.name == "d2t"), None)
         self.target = {name: np.asarray(t, np.float64) for name, t in target.weights.items()}
         m = _metadata(reader)
         self.n_embd, self.n_layer = m["dflash.embedding_length"], m["dflash.block_count"]
@@ -159,6 +161,10 @@ class DFlashReference:
         head = self.w.get("output.weight", self.w.get("token_embd.weight",
                                                       self.target.get("output.weight", self.target["token_embd.weight"])))
         logits = final @ head.T
+        if self.d2t is not None:  # a reduced head: its rows scattered over the target's vocabulary
+            full = np.full((len(logits), len(self.target["token_embd.weight"])), -np.inf)
+            full[:, self.d2t] = logits
+            logits = full
         if self.dflash2:
             if self.logit_scale:
                 logits = logits * self.logit_scale
