@@ -23,6 +23,7 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
     d_.use_selector = use_selector;
     bind_to(target, target_w);
     file_->bind(dev);
+    if (dw_.d2t && d_.dflash2()) reduce_codebooks(dev);
     kv_ = std::make_unique<KvCache>(dev, hp_, opt.n_ctx, opt.max_rows, opt.kv_type);
     inject_ = std::make_unique<GraphRunner>(
         backend,
@@ -94,6 +95,40 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
     hp_.n_vocab = target.n_vocab;
     if (!w_.output) w_.output = w_.tok_embd ? w_.tok_embd : target_w.output;
     if (!w_.tok_embd) w_.tok_embd = target_w.tok_embd;
+}
+
+void BlockDrafter::reduce_codebooks(ggml_backend_dev_t dev) {
+    const int64_t rank = d_.selector_rank, rows = (int64_t) head_to_token_.size();
+    ggml_init_params params = {ggml_tensor_overhead() * 2, nullptr, true};
+    codebook_ctx_.reset(ggml_init(params));
+    std::vector<float> full, reduced((size_t) (rank * rows));
+    ggml_tensor * out[2];
+    for (int i = 0; i < 2; ++i) {
+        out[i] = ggml_new_tensor_2d(codebook_ctx_.get(), GGML_TYPE_F32, rank, rows);
+    }
+    codebook_buf_.reset(ggml_backend_alloc_ctx_tensors_from_buft(codebook_ctx_.get(), ggml_backend_dev_buffer_type(dev)));
+    if (!codebook_buf_) throw std::runtime_error("cannot allocate the drafter's reduced codebooks");
+    ggml_tensor * codebooks[2] = {dw_.predecessor, dw_.successor};
+    for (int i = 0; i < 2; ++i) {
+        const ggml_tensor * cb = codebooks[i];
+        std::vector<uint8_t> raw(ggml_nbytes(cb));
+        file_->read_tensor(cb, raw.data());
+        full.resize((size_t) ggml_nelements(cb));
+        if (cb->type == GGML_TYPE_F32) {
+            std::memcpy(full.data(), raw.data(), raw.size());
+        } else if (ggml_get_type_traits(cb->type)->to_float) {
+            ggml_get_type_traits(cb->type)->to_float(raw.data(), full.data(), ggml_nelements(cb));
+        } else {
+            throw ModelFormatError("selector codebooks of type " + std::string(ggml_type_name(cb->type)) +
+                                   " cannot be reduced to the d2t rows");
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(&reduced[r * rank], &full[head_to_token_[r] * rank], rank * sizeof(float));
+        }
+        ggml_backend_tensor_set(out[i], reduced.data(), 0, ggml_nbytes(out[i]));
+    }
+    dw_.candidate_predecessor = out[0];
+    dw_.candidate_successor = out[1];
 }
 
 void BlockDrafter::seek(int64_t position) {
@@ -168,6 +203,9 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
             for (size_t i = 0; i < g.body_outputs.size(); ++i) {
                 ggml_backend_tensor_get(g.body_outputs[i], dst[i], 0, ggml_nbytes(g.body_outputs[i]));
                 readback_bytes_ += ggml_nbytes(g.body_outputs[i]);
+            }
+            if (!head_to_token_.empty()) {
+                for (int32_t & id : out.ids) id = (int32_t) head_to_token_[id];
             }
         } else {
             std::vector<int32_t> ids((size_t) (n_block * top_k));

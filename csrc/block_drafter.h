@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "draft_head.h"
+#include "ggml-cpp.h"
 #include "forward_runner.h"
 #include "kv_cache.h"
 #include "model_file.h"
@@ -57,6 +58,8 @@ public:
 private:
     void bind_to(const Hparams & target, const ModelWeights & target_w);
     void seek(int64_t position);  // the KV ends at `position`: rewound, or past empty positions
+    // DFlash2 with d2t: the codebook rows of the head's tokens, on the device.
+    void reduce_codebooks(ggml_backend_dev_t dev);
 
     std::unique_ptr<ModelFile> file_;
     Hparams hp_;
@@ -68,6 +71,8 @@ private:
     std::unique_ptr<GraphRunner> inject_, block_;
     std::vector<int32_t> tokens_;
     std::vector<int64_t> head_to_token_;  // d2t: a reduced head's rows as target tokens
+    ggml_context_ptr codebook_ctx_;
+    ggml_backend_buffer_ptr codebook_buf_;
     double inject_seconds_ = 0.0, draft_seconds_ = 0.0;
     uint64_t readback_bytes_ = 0;
 };

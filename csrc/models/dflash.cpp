@@ -19,9 +19,6 @@ void refuse_unsupported(const ModelFile & f, const Hparams & hp) {
         throw ModelFormatError("drafter '" + f.path() + "' has " + what + ", which ggspec does not support yet");
     };
     if (f.find_tensor("markov_w1.weight")) refuse("a DSpark head ('markov_w1.weight')");
-    if (f.find_tensor("d2t") && f.find_tensor("selector_hidden.weight")) {
-        refuse("a reduced draft vocabulary ('d2t') with DFlash2's selector");
-    }
     for (const char * name : {"fc.scale", "output.scale", "rope_freqs.weight"}) {
         if (f.find_tensor(name)) refuse("'" + std::string(name) + "'");
     }
@@ -87,6 +84,8 @@ void load_dflash2(const ModelFile & f, const Hparams & hp, DFlashParams & d, DFl
     const int64_t vocab = codebook ? codebook->ne[1] : 0;
     dw.predecessor = f.tensor("selector_predecessor.weight", {d.selector_rank, vocab});
     dw.successor = f.tensor("selector_successor.weight", {d.selector_rank, vocab});
+    dw.candidate_predecessor = dw.predecessor;
+    dw.candidate_successor = dw.successor;
 }
 
 }  // namespace
@@ -246,7 +245,7 @@ DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFla
     auto codes = [&](ggml_tensor * codebook) {
         return ggml_reshape_3d(ctx, ggml_get_rows(ctx, codebook, ggml_reshape_1d(ctx, cand, k * masks)), rank, k, masks);
     };
-    ggml_tensor * succ = codes(dw.successor);  // B[cand]
+    ggml_tensor * succ = codes(dw.candidate_successor);  // B[cand]
 
     DFlashLattice lattice;
     lattice.ids = cand;
@@ -258,7 +257,8 @@ DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFla
     if (masks > 1) {
         lattice.scores = ggml_concat(ctx, lattice.scores, ggml_reshape_2d(ctx, rows(ctx, unary, 1, masks), k, masks - 1), 1);
         // later rows: the predecessors are the previous row's candidates
-        ggml_tensor * pred_gated = ggml_mul(ctx, rows(ctx, codes(dw.predecessor), 0, masks - 1), rows(ctx, gate, 1, masks));
+        ggml_tensor * pred_gated =
+            ggml_mul(ctx, rows(ctx, codes(dw.candidate_predecessor), 0, masks - 1), rows(ctx, gate, 1, masks));
         lattice.pairs = ggml_mul_mat(ctx, rows(ctx, succ, 1, masks), pred_gated);  // [k cand, k pred, masks - 1]
     }
     return lattice;

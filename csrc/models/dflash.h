@@ -58,6 +58,10 @@ struct DFlashWeights {
     ggml_tensor * successor = nullptr;    // [rank, n_vocab] codebook B
     ggml_tensor * hidden_proj = nullptr;  // [n_embd, rank] P
     ggml_tensor * d2t = nullptr;          // I64 [head rows]: a reduced head's row -> target token id
+    // The codebook rows of the head's candidates: the codebooks themselves, or
+    // with d2t their rows for the head's tokens (the lattice then works in head rows).
+    ggml_tensor * candidate_predecessor = nullptr;
+    ggml_tensor * candidate_successor = nullptr;
 };
 
 // What pass C of a DFlash2 drafter returns for a block of n rows (g = n - 1
