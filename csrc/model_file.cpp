@@ -181,6 +181,12 @@ std::vector<int64_t> ModelFile::get_int_array(const std::string & key) const {
 
 ggml_tensor * ModelFile::find_tensor(const std::string & name) const { return ggml_get_tensor(meta_, name.c_str()); }
 
+std::vector<std::string> ModelFile::tensor_names() const {
+    std::vector<std::string> names;
+    for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) names.push_back(t->name);
+    return names;
+}
+
 ggml_tensor * ModelFile::tensor_or_null(const std::string & name, std::vector<int64_t> ne) const {
     ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
     if (!t) return nullptr;

@@ -36,6 +36,7 @@ public:
     ggml_tensor * tensor(const std::string & name, std::vector<int64_t> ne) const;
     ggml_tensor * tensor_or_null(const std::string & name, std::vector<int64_t> ne) const;
     ggml_tensor * find_tensor(const std::string & name) const;  // any shape, or null
+    std::vector<std::string> tensor_names() const;
 
     // Binds every tensor to memory of `dev`: the mmap itself for host
     // devices, an uploaded copy otherwise. Call once, after the lookups.

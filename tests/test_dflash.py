@@ -239,3 +239,21 @@ def test_the_cli_attaches_a_drafter(qwen3_target, tmp_path):
     plain, spec = json.loads(plain.stdout), json.loads(spec.stdout)
     assert spec["tokens"] == plain["tokens"]
     assert spec["stats"]["spec_type"] == "block" and spec["stats"]["draft_n"] > 0
+
+
+@pytest.mark.parametrize("tensor,shape", [("fc.scale", (1,)), ("blk.0.attn_output.scale", (1,)),
+                                          ("rope_freqs.weight", (16,)), ("blk.1.attn_sinks.weight", (4,))])
+def test_pieces_not_run_yet_are_refused_by_name(qwen3_target, tmp_path, tensor, shape):
+    from gguf import GGUFReader
+
+    from tests.fixtures.tiny_models import write_gguf
+
+    source = GGUFReader(write_tiny_dflash(tmp_path / "base.gguf"))
+    meta = {f.name: (f.contents(), f.types[0]) for f in source.fields.values()
+            if not f.name.startswith("GGUF.") and f.name != "general.architecture"}
+    tensors = {t.name: np.array(t.data).reshape(list(reversed(t.shape.tolist()))) for t in source.tensors}
+    tensors[tensor] = np.ones(shape, np.float32)
+    path = write_gguf(tmp_path / "extra.gguf", "dflash", meta, tensors, "f32")
+    target = ggspec.load(qwen3_target, n_ctx=128)
+    with pytest.raises(ggspec.ModelFormatError, match=tensor.replace(".", r"\.")):
+        target.attach_drafter(path)

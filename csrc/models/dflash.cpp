@@ -19,8 +19,9 @@ void refuse_unsupported(const ModelFile & f, const Hparams & hp) {
         throw ModelFormatError("drafter '" + f.path() + "' has " + what + ", which ggspec does not support yet");
     };
     if (f.find_tensor("markov_w1.weight")) refuse("a DSpark head ('markov_w1.weight')");
-    for (const char * name : {"fc.scale", "output.scale", "rope_freqs.weight"}) {
-        if (f.find_tensor(name)) refuse("'" + std::string(name) + "'");
+    if (f.find_tensor("rope_freqs.weight")) refuse("rope frequency factors ('rope_freqs.weight')");
+    for (const std::string & name : f.tensor_names()) {  // per-tensor scales of any product
+        if (name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0) refuse("'" + name + "'");
     }
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         for (const char * name : {"attn_sinks.weight", "layer_output_scale.weight"}) {
