@@ -55,4 +55,22 @@ def speculative_stats(output: str) -> dict:
             "verify_steps": min(drafted, max(0, calls - _int(EVAL_RUNS, output)))}
 
 
-__all__ = ["completion_stats", "speculative_stats"]
+def run_for_stats(cmd: list[str], parse=speculative_stats, attempts: int = 3, timeout: float = 120) -> dict:
+    """Runs a llama.cpp tool and parses its stats. Its log lines go through a worker
+    thread, and now and then a run's last lines never reach stderr (seen on cold
+    starts): such a run is repeated, up to `attempts` times. A failing exit raises."""
+    import subprocess
+
+    for attempt in range(attempts):
+        proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
+        try:
+            return parse(proc.stdout + proc.stderr)
+        except ValueError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+__all__ = ["completion_stats", "speculative_stats", "run_for_stats"]
