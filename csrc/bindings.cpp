@@ -130,7 +130,8 @@ PYBIND11_MODULE(_core, m) {
     py::class_<Target>(m, "Target")
         .def(py::init([](const std::string & path, int64_t n_ctx, int n_threads, const std::string & device,
                          const std::string & kv_type, int64_t prefill_chunk, int64_t max_verify_rows,
-                         double graph_budget_mb, bool row_kernels, const std::string & recurrent_rollback) {
+                         double graph_budget_mb, bool row_kernels, const std::string & recurrent_rollback,
+                         double recurrent_snapshot_mb) {
                  TargetOptions o;
                  o.n_ctx = n_ctx;
                  o.n_threads = n_threads;
@@ -141,13 +142,15 @@ PYBIND11_MODULE(_core, m) {
                  o.graph_budget_bytes = (size_t) (graph_budget_mb * 1024 * 1024);
                  o.row_kernels = row_kernels;
                  o.recurrent_rollback = recurrent_rollback;
+                 if (recurrent_snapshot_mb <= 0) throw std::invalid_argument("recurrent_snapshot_mb must be positive");
+                 o.recurrent_snapshot_bytes = (size_t) (recurrent_snapshot_mb * 1024 * 1024);
                  py::gil_scoped_release release;
                  return std::make_unique<Target>(path, o);
              }),
              py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0, py::arg("device") = "auto",
              py::arg("kv_type") = "f16", py::arg("prefill_chunk") = 512, py::arg("max_verify_rows") = 65,
              py::arg("graph_budget_mb") = 1024.0, py::arg("row_kernels") = true,
-             py::arg("recurrent_rollback") = "snapshots")
+             py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
              py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0,
              "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")
@@ -180,6 +183,7 @@ PYBIND11_MODULE(_core, m) {
         .def("read_recurrent_state", &Target::read_recurrent_state,
              "Each recurrent layer's conv state, then its delta-rule state, as flat float32 lists (for tests).")
         .def_property_readonly("verify_persists_accepted_kv", &Target::verify_persists_accepted_kv)
+        .def_property_readonly("max_verify_rows", &Target::max_verify_rows)
         .def_property_readonly("recurrent_state_bytes", &Target::recurrent_state_bytes)
         .def_property_readonly("state_transfer_bytes", &Target::state_transfer_bytes)
         .def_property_readonly("state_commits", &Target::state_commits)

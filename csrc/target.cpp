@@ -144,7 +144,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
     const int64_t start_len = kv_->seq_len();
     if (rs_) settle_state(start_len);  // the last verify kept every row
     // A verify keeps the state after each row, to roll back to without a re-forward.
-    const bool keep_rows = rs_ && req.all_rows && n <= std::min(opt_.max_verify_rows, opt_.prefill_chunk) &&
+    const bool keep_rows = rs_ && req.all_rows && n <= max_verify_rows() &&
                            rollback_ != Rollback::reforward;
     try {
         for (int64_t done = 0; done < n;) {
@@ -179,6 +179,16 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
         }
         throw;
     }
+}
+
+int64_t Target::max_verify_rows() const {
+    const int64_t rows = std::min(opt_.max_verify_rows, opt_.prefill_chunk);
+    if (!rs_) return opt_.max_verify_rows;
+    int64_t per_row = 0;  // a delta-rule state per recurrent layer
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        if (hp_.recurrent(il)) per_row += (int64_t) ggml_nbytes(rs_->ssm(il));
+    }
+    return std::clamp<int64_t>((int64_t) opt_.recurrent_snapshot_bytes / per_row, 2, std::max<int64_t>(2, rows));
 }
 
 void Target::rewind(int64_t length) {

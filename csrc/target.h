@@ -42,6 +42,9 @@ struct TargetOptions {
     //   "reforward":      snapshot the state before the verify, restore it and
     //                     re-forward the kept rows.
     std::string recurrent_rollback = "snapshots";
+    // The memory a verify's per-row recurrent snapshots may take: it bounds how
+    // many rows a verify on a recurrent trunk can have (max_verify_rows()).
+    size_t recurrent_snapshot_bytes = size_t(512) << 20;
 };
 
 struct ForwardRequest {
@@ -79,6 +82,9 @@ public:
     // Switches the rollback path (TargetOptions::recurrent_rollback) between
     // generations: what a verify left pending is settled first.
     void set_recurrent_rollback(const std::string & name);
+    // The most rows a verify may have and still roll back: the option, and on a
+    // recurrent trunk what its snapshot budget holds (at least 2).
+    int64_t max_verify_rows() const;
     // False only on the re-forward path: a rejected draft then costs a re-forward.
     bool verify_persists_accepted_kv() const { return !rs_ || rollback_ != Rollback::reforward; }
     void ensure_capacity(int64_t n) const;

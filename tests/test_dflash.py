@@ -253,3 +253,40 @@ def test_pieces_not_run_yet_are_refused_by_name(qwen3_target, tmp_path, tensor, 
     target = ggspec.load(qwen3_target, n_ctx=128)
     with pytest.raises(ggspec.ModelFormatError, match=tensor.replace(".", r"\.")):
         target.attach_drafter(path)
+
+
+def test_block_size_defaults_to_16_and_sets_the_window(qwen3_target, tmp_path):
+    target = ggspec.load(qwen3_target, n_ctx=128)
+    drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", block_size=None))
+    assert drafter.block_size == 16
+    speculator = BlockDraftSpeculator(drafter)
+    assert speculator.max_draft_tokens == 15 and speculator.min_draft_prob == 0.35
+    assert BlockDraftSpeculator(drafter, max_draft_tokens=40).max_draft_tokens == 15  # capped by the block
+
+
+class FixedDrafter:
+    """A drafter whose walk gives fixed tokens with fixed per-position probabilities."""
+
+    block_size, target_layers = 8, (0,)
+
+    def __init__(self, probabilities):
+        self.probabilities = probabilities
+
+    def draft(self, anchor, position, n_block, top_k):
+        class Walk:
+            def walk(inner):
+                return list(range(10, 10 + n_block - 1)), self.probabilities[:n_block - 1]
+        return Walk()
+
+
+def test_the_confidence_gate_is_on_the_cumulative_prefix_probability():
+    from ggspec.speculators.base import DraftContext
+
+    speculator = BlockDraftSpeculator(FixedDrafter([0.9, 0.8, 0.6, 0.99, 0.99, 0.99, 0.99]), 7)
+    out = []
+    # 0.9, 0.72, then 0.432 >= 0.35, then 0.428 >= 0.35, 0.423, 0.419, 0.415: all seven stand
+    assert speculator.propose(DraftContext([1, 2], 1, 7), out) == 7
+    speculator = BlockDraftSpeculator(FixedDrafter([0.9, 0.8, 0.4, 0.99, 0.99, 0.99, 0.99]), 7)
+    out = []
+    # 0.9, 0.72, 0.288 < 0.35: the third and everything after it go, though each later one is confident
+    assert speculator.propose(DraftContext([1, 2], 1, 7), out) == 2 and out == [10, 11]

@@ -20,6 +20,7 @@ from ggspec.sampling import Sampler, SamplerConfig
 from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.ngram import NGramSpeculator
 from bench.synthetic_acceptance import SyntheticAcceptance
+from tests.fixtures.scripted import GarbageSpeculator
 from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 from tests.reference.numpy_qwen35 import Qwen35Reference
 from tests.test_exactness import assert_bits_equal
@@ -271,3 +272,20 @@ def test_speculative_output_is_plain_output(head_targets, path, kind, fold, wind
     assert spec == plain
     if path == "snapshots":  # the default path: no re-forward, no state through the host
         assert stats.reforwards == 0 and stats.state_transfer_bytes == 0
+
+
+def test_the_snapshot_budget_bounds_a_verify_and_the_draft_window(tmp_path):
+    # three GDN layers of 4 heads x 16 x 16 float states: 12 KiB a row
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf", dtype="q8_0")
+    target = ggspec.load(path, n_ctx=256, n_threads=2, recurrent_snapshot_mb=3 * 12 / 1024)
+    assert target.max_verify_rows == 3
+    assert ggspec.load(path, n_ctx=256).max_verify_rows == 65
+    target.spec_forward(TOKENS[:8])
+    target.spec_forward(TOKENS[8:12], all_logits=True)  # 4 rows: more than a verify keeps
+    with pytest.raises(ValueError, match="recurrent state"):
+        target.rewind(10)
+    prompt = [1, 5, 6, 7, 8, 9, 5, 6, 7, 8, 9, 5, 6, 7]
+    plain, _ = decode(target, GREEDY, prompt, 32)
+    spec, stats = decode(target, GREEDY, prompt, 32, GarbageSpeculator(target.n_vocab, 16, seed=3))
+    assert spec == plain
+    assert stats.draft_n > 0 and len(stats.proposed_at) <= 2  # drafts capped at max_verify_rows - 1

@@ -107,7 +107,8 @@ class SpeculativeExecution:
     def _draft(self, history: Sequence[int], position: int, budget: int) -> tuple[list[int], list[int] | None]:
         """(drafts to verify, unverified shadow drafts or None)."""
         spec = self.speculator
-        room = min(budget, self.target.max_context_length - position) - 1
+        # the verify must fit the context and keep what it needs to roll back
+        room = min(budget, self.target.max_context_length - position, self.target.max_verify_rows) - 1
         if self.draft_cap is not None:
             room = min(room, self.draft_cap)
         if spec is None or room < 1:

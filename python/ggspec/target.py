@@ -114,6 +114,12 @@ class Target:
         return self._core.verify_persists_accepted_kv
 
     @property
+    def max_verify_rows(self) -> int:
+        """The most rows a verify may have and still roll back (the runtime caps drafts
+        at one less): on a recurrent trunk, what its snapshot budget holds."""
+        return self._core.max_verify_rows
+
+    @property
     def state_transfer_bytes(self) -> int:
         """Recurrent-state bytes moved between host and device so far (0 on the default path)."""
         return self._core.state_transfer_bytes
@@ -213,6 +219,7 @@ def load(
     graph_budget_mb: float = 1024.0,
     row_kernels: bool = True,
     recurrent_rollback: str | None = None,
+    recurrent_snapshot_mb: float = 512.0,
 ) -> Target:
     """Loads a GGUF model as a speculative-decoding target.
 
@@ -229,6 +236,8 @@ def load(
     copied on the device), "snapshots-host" (the same copy through the host) or "reforward"
     (restore the pre-verify state and re-forward the kept rows). None reads
     GGSPEC_Q35_VERIFY_SNAPSHOTS=0 (reforward) and GGSPEC_Q35_VERIFY_DEFER_STATE=0 (snapshots-host).
+    recurrent_snapshot_mb: the memory a verify's per-row recurrent states may take; it
+    bounds a recurrent trunk's verify rows (max_verify_rows), hence the draft window.
 
     Raises ModelFormatError for a corrupt, truncated or unsupported file.
     """
@@ -239,7 +248,8 @@ def load(
     core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
                         prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows),
                         graph_budget_mb=float(graph_budget_mb), row_kernels=bool(row_kernels),
-                        recurrent_rollback=recurrent_rollback or rollback_from_environment())
+                        recurrent_rollback=recurrent_rollback or rollback_from_environment(),
+                        recurrent_snapshot_mb=float(recurrent_snapshot_mb))
     return Target(core, path)
 
 
