@@ -20,11 +20,9 @@ from ggspec.runtime import SpeculativeExecution
 from ggspec.sampling import Sampler, SamplerConfig
 
 
-def greedy_decode(target: ggspec.Target, prompt: list[int], n: int) -> tuple[list[int], float, float]:
-    """Returns (generated ids, prompt seconds, generation seconds for the n - 1 steps
-    after the prompt's own token), decoding with ggspec's plain loop."""
-    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab))
-    target.reset()
+def timed_generation(execution: SpeculativeExecution, prompt: list[int], n: int) -> tuple[list[int], float, float]:
+    """Runs a generation; returns (generated ids, prompt seconds, generation seconds for
+    the steps after the prompt's own token)."""
     out: list[int] = []
     t0 = time.perf_counter()
     for step in execution.generate(prompt, n):
@@ -32,6 +30,13 @@ def greedy_decode(target: ggspec.Target, prompt: list[int], n: int) -> tuple[lis
             t1 = time.perf_counter()
         out += step
     return out, t1 - t0, time.perf_counter() - t1
+
+
+def greedy_decode(target: ggspec.Target, prompt: list[int], n: int) -> tuple[list[int], float, float]:
+    """timed_generation with ggspec's plain greedy loop, from an empty cache."""
+    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab))
+    target.reset()
+    return timed_generation(execution, prompt, n)
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 
 import ggspec
+from bench.decode import timed_generation
+from bench.harness import rotated, throughput_cells
 from bench.qwen35_rollback import synthetic_model
 from bench.synthetic_acceptance import SyntheticAcceptance
 from ggspec.governor import SpeculationCostGovernor
@@ -85,12 +87,7 @@ def run(target: ggspec.Target, config: str, prompt: list[int], n: int, seed: int
         execution = SyntheticAcceptance(target, sampler, speculator, governor=SpeculationCostGovernor(),
                                         rate=float(config.split("-")[1]), seed=seed)
     seconds0, readback0 = drafter.seconds, drafter.readback_bytes
-    steps = execution.generate(prompt, n)
-    tokens = list(next(steps))
-    t0 = time.perf_counter()
-    for emitted in steps:
-        tokens.extend(emitted)
-    elapsed = time.perf_counter() - t0
+    tokens, _, elapsed = timed_generation(execution, prompt, n)
     stats = execution.stats.as_dict()
     n_steps = max(1, stats["verify_steps"] + stats["plain_steps"])
     seconds = {k: v - seconds0[k] for k, v in drafter.seconds.items()}
@@ -129,11 +126,9 @@ def report(runs: list[dict], verify_ms: dict[int, float]) -> str:
     lines = ["| configuration | tok/s median (min-max) | ratio to plain | acceptance | governor parked steps "
              "| A+B ms/step | C ms/draft | readback bytes/draft |", "|---" * 8 + "|"]
     for config, rs in by.items():
-        tps = [r["tokens_per_second"] for r in rs]
-        ratio = statistics.median(r["tokens_per_second"] / plain[r["seed"]] for r in rs)
         drafts = [d for r in rs for d in r["drafts"]]
         per_draft = sum(d[0] for d in drafts) / len(drafts) if drafts else 0.0
-        lines.append(f"| {config} | {statistics.median(tps):.1f} ({min(tps):.1f}-{max(tps):.1f}) | {ratio:.3f} "
+        lines.append(f"| {config} | {throughput_cells(rs, plain)} "
                      f"| {statistics.median(r['acceptance_rate'] for r in rs):.2f} "
                      f"| {statistics.median(r['governor_parked_steps'] for r in rs):.0f} "
                      f"| {statistics.median(r['inject_ms_per_step'] for r in rs):.2f} "
@@ -166,8 +161,7 @@ def main() -> None:
         run(target, config, prompt, 16, seed=2**31)  # warm-up: builds the graphs
     runs = []
     for r in range(args.rounds):
-        order = CONFIGS[r % len(CONFIGS):] + CONFIGS[:r % len(CONFIGS)]
-        round_runs = [run(target, c, prompt, args.tokens, seed=r) for c in order]
+        round_runs = [run(target, c, prompt, args.tokens, seed=r) for c in rotated(CONFIGS, r)]
         runs += round_runs
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{x['config']} {x['tokens_per_second']:.1f}"
                                                          for x in round_runs), flush=True)

@@ -143,6 +143,21 @@ def summarize(values: Sequence[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def rotated(items: Sequence, round_: int) -> list:
+    """items in round `round_`'s order: each round starts one further along, so that
+    drift and warm caches favour no configuration."""
+    shift = round_ % len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+def throughput_cells(runs: Sequence[dict], base_by_seed: dict) -> str:
+    """Two Markdown cells for in-process runs paired by their "seed" (one a round):
+    tokens/s median (min-max), and the median per-round ratio to the base's."""
+    tps = [r["tokens_per_second"] for r in runs]
+    ratio = statistics.median(r["tokens_per_second"] / base_by_seed[r["seed"]] for r in runs)
+    return f"{statistics.median(tps):.1f} ({min(tps):.1f}-{max(tps):.1f}) | {ratio:.3f}"
+
+
 def alternating(rounds: int, a, b):
     """(round, side) for paired runs inside one process: A B, B A, A B, ... so that
     drift and warm caches favour neither side."""

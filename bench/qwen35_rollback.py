@@ -28,12 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
 import ggspec
+from bench.decode import timed_generation
+from bench.harness import rotated, throughput_cells
 from bench.synthetic_acceptance import SyntheticAcceptance
 from ggspec.runtime import SpeculativeExecution
 from ggspec.sampling import Sampler, SamplerConfig
@@ -67,12 +68,7 @@ def run(target: ggspec.Target, config: str, prompt: list[int], n: int, window: i
                                          fold_catch_up=config != "unfolded")
         execution = SyntheticAcceptance(target, sampler, speculator, rate=rate, seed=seed)
     head_calls = target.draft_head.graph_calls
-    steps = execution.generate(prompt, n)
-    tokens = list(next(steps))  # the prompt's forward
-    t0 = time.perf_counter()
-    for emitted in steps:
-        tokens.extend(emitted)
-    seconds = time.perf_counter() - t0
+    tokens, _, seconds = timed_generation(execution, prompt, n)
     stats = execution.stats.as_dict()
     n_steps = max(1, stats["verify_steps"] + stats["plain_steps"])
     return {
@@ -99,9 +95,7 @@ def report(runs: list[dict], configs: tuple[str, ...]) -> str:
     lines = ["| configuration | tok/s median (min-max) | ratio to default | draft ms | verify ms | rollback ms "
              "| snapshot ms | re-forwards | state bytes | head calls / verify |", "|---" * 10 + "|"]
     for config, rs in by_config.items():
-        tps = [r["tokens_per_second"] for r in rs]
-        ratio = statistics.median(r["tokens_per_second"] / base[r["seed"]] for r in rs)
-        lines.append(f"| {config} | {statistics.median(tps):.1f} ({min(tps):.1f}-{max(tps):.1f}) | {ratio:.3f} "
+        lines.append(f"| {config} | {throughput_cells(rs, base)} "
                      f"| {median(rs, 'draft_ms_per_step'):.2f} | {median(rs, 'verify_ms_per_step'):.2f} "
                      f"| {median(rs, 'rollback_ms_per_step'):.3f} "
                      f"| {median(rs, 'snapshot_ms_per_step'):.3f} | {median(rs, 'reforwards_per_step'):.2f} "
@@ -115,9 +109,9 @@ def report(runs: list[dict], configs: tuple[str, ...]) -> str:
                      "(criterion >= 1.10)")
     if "unfolded" in by_config:
         unfolded = by_config["unfolded"]
-        lines.append(f"- head graph calls per verify, folded vs unfolded: {median(default, 'head_calls_per_verify'):.2f}"
-                     f" vs {median(unfolded, 'head_calls_per_verify'):.2f}; folded / unfolded tokens/s median paired "
-                     f"ratio: {paired(unfolded):.3f} (criterion >= 0.98)")
+        calls = [median(rs, "head_calls_per_verify") for rs in (default, unfolded)]
+        lines.append(f"- head graph calls per verify, folded vs unfolded: {calls[0]:.2f} vs {calls[1]:.2f}; "
+                     f"folded / unfolded tokens/s median paired ratio: {paired(unfolded):.3f} (criterion >= 0.98)")
     lines.append(f"- acceptance rate (synthetic, {default[0]['steps']} steps a run): "
                  f"{median(default, 'acceptance_rate'):.3f}")
     return "\n".join(lines)
@@ -142,8 +136,7 @@ def main() -> None:
         run(target, config, prompt, 16, args.window, args.rate, seed=-1 % 2**32)
     runs = []
     for r in range(args.rounds):
-        order = configs[r % len(configs):] + configs[:r % len(configs)]
-        round_runs = [run(target, c, prompt, args.tokens, args.window, args.rate, seed=r) for c in order]
+        round_runs = [run(target, c, prompt, args.tokens, args.window, args.rate, seed=r) for c in rotated(configs, r)]
         spec_tokens = {tuple(x["tokens"]) for x in round_runs if x["config"] != "plain"}
         if len(spec_tokens) != 1:
             raise SystemExit(f"round {r}: the speculative configurations emitted different tokens")

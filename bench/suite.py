@@ -29,7 +29,7 @@ import ggspec
 from bench import spec_run
 from bench.bandwidth import copy_bandwidth_gbs, weight_bytes
 from bench.compare_decode import model_paths
-from bench.harness import run_in_process, run_once
+from bench.harness import rotated, run_in_process, run_once
 from bench.peer.commands import completion_cmd, speculative_cmd
 from bench.peer.generation_stats import completion_stats, speculative_stats
 from bench.peer.peer import peer_tokenize
@@ -97,8 +97,7 @@ def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Con
     records = []
     reference_output = None  # greedy: every ggspec configuration must emit the same tokens
     for round_ in range(-1 if warmup else 0, rounds):
-        shift = round_ % len(configs)
-        for config in configs[shift:] + configs[:shift]:
+        for config in rotated(configs, round_):
             for attempt in range(retries + 1):
                 if config.engine == "ggspec":
                     r = ggspec_run(model, prompt, config, n)

@@ -33,11 +33,7 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
         opt.row_kernels, opt.graph_budget_bytes);
     block_ = std::make_unique<GraphRunner>(
         backend,
-        ModelBody{hp_, w_, *kv_, nullptr,
-                  [this](ForwardGraph & g) {
-                      DFlashLattice lattice;
-                      return build_dflash_block(g, d_, dw_, &lattice);
-                  },
+        ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_block(g, d_, dw_); },
                   /*hidden_width=*/0, /*causal=*/d_.causal, /*per_op=*/!fused},
         opt.row_kernels, opt.graph_budget_bytes);
 }
@@ -79,10 +75,8 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
     }
     if (dw_.d2t) {
         // read now, while the file's data is mapped; every entry must be a target token
-        head_to_token_.resize((size_t) ggml_nelements(dw_.d2t));
-        std::vector<uint8_t> raw(ggml_nbytes(dw_.d2t));
-        file_->read_tensor(dw_.d2t, raw.data());
-        std::memcpy(head_to_token_.data(), raw.data(), raw.size());
+        head_to_token_.resize((size_t) ggml_nelements(dw_.d2t));  // I64, checked at load
+        file_->read_tensor(dw_.d2t, head_to_token_.data());
         for (int64_t id : head_to_token_) {
             if (id < 0 || id >= target.n_vocab) {
                 throw ModelFormatError("drafter '" + path + "' maps a draft row to token " + std::to_string(id) +

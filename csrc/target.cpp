@@ -88,7 +88,16 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     }
     const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
-    if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_);
+    max_verify_rows_ = opt.max_verify_rows;
+    if (hp_.has_recurrent()) {
+        rs_ = std::make_unique<RecurrentState>(dev_, hp_);
+        int64_t per_row = 0;  // a kept row costs a delta-rule state per recurrent layer
+        for (int64_t il = 0; il < hp_.n_layer; ++il) {
+            if (hp_.recurrent(il)) per_row += (int64_t) ggml_nbytes(rs_->ssm(il));
+        }
+        const int64_t rows = std::max<int64_t>(2, std::min(opt.max_verify_rows, opt.prefill_chunk));
+        max_verify_rows_ = std::clamp<int64_t>((int64_t) opt.recurrent_snapshot_bytes / per_row, 2, rows);
+    }
     runner_ = std::make_unique<GraphRunner>(
         backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk}, row_kernels_,
         opt.graph_budget_bytes);
@@ -179,16 +188,6 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
         }
         throw;
     }
-}
-
-int64_t Target::max_verify_rows() const {
-    const int64_t rows = std::min(opt_.max_verify_rows, opt_.prefill_chunk);
-    if (!rs_) return opt_.max_verify_rows;
-    int64_t per_row = 0;  // a delta-rule state per recurrent layer
-    for (int64_t il = 0; il < hp_.n_layer; ++il) {
-        if (hp_.recurrent(il)) per_row += (int64_t) ggml_nbytes(rs_->ssm(il));
-    }
-    return std::clamp<int64_t>((int64_t) opt_.recurrent_snapshot_bytes / per_row, 2, std::max<int64_t>(2, rows));
 }
 
 void Target::rewind(int64_t length) {

@@ -84,7 +84,7 @@ public:
     void set_recurrent_rollback(const std::string & name);
     // The most rows a verify may have and still roll back: the option, and on a
     // recurrent trunk what its snapshot budget holds (at least 2).
-    int64_t max_verify_rows() const;
+    int64_t max_verify_rows() const { return max_verify_rows_; }
     // False only on the re-forward path: a rejected draft then costs a re-forward.
     bool verify_persists_accepted_kv() const { return !rs_ || rollback_ != Rollback::reforward; }
     void ensure_capacity(int64_t n) const;
@@ -146,6 +146,7 @@ private:
     std::unique_ptr<DraftHead> head_;
     std::unique_ptr<BlockDrafter> drafter_;
     PendingState pending_;
+    int64_t max_verify_rows_ = 0;
     int64_t state_len_ = 0;  // the sequence length the live recurrent state describes
     std::vector<uint8_t> state_snapshot_;
     int64_t snapshot_len_ = -1;

@@ -17,10 +17,10 @@ from ggspec.speculators.block import BlockDraftSpeculator
 from tests.fixtures.tiny_dflash import write_tiny_dflash
 from tests.fixtures.tiny_models import write_tiny_model
 from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.test_qwen35 import GREEDY, decode
 from tests.reference.numpy_dflash import DFlashReference
 from tests.reference.numpy_model import ReferenceModel
 
-GREEDY = SamplerConfig(temperature=0)
 VARIANTS = {
     "plain": {},
     "shared-kv": dict(shared_kv=True),
@@ -136,12 +136,6 @@ def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_
     for field in ("values", "ids"):
         np.testing.assert_array_equal(getattr(first, field), getattr(again, field))
         np.testing.assert_array_equal(getattr(first, field), getattr(whole, field))
-
-
-def decode(target, config, prompt, n, speculator=None):
-    target.reset()
-    execution = SpeculativeExecution(target, Sampler(config, target.n_vocab), speculator)
-    return [t for step in execution.generate(prompt, n) for t in step], execution.stats
 
 
 @pytest.fixture(scope="module")

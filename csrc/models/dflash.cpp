@@ -227,6 +227,14 @@ ggml_tensor * rows(ggml_context * ctx, ggml_tensor * t, int64_t first, int64_t l
     return ggml_cont(ctx, ggml_view_3d(ctx, t, t->ne[0], t->ne[1], last - first, t->nb[1], t->nb[2], first * t->nb[2]));
 }
 
+// What pass C of a DFlash2 drafter returns for a block of n rows (g = n - 1
+// MASK rows): the only tensors read back.
+struct DFlashLattice {
+    ggml_tensor * ids = nullptr;     // I32 [k, g]: each MASK row's top-k candidates (unordered)
+    ggml_tensor * scores = nullptr;  // [k, g]: row 1: unary + transition from the anchor; later rows: unary
+    ggml_tensor * pairs = nullptr;   // [k (cand), k (pred), g - 1]: transitions from row i-1's candidates (g > 1)
+};
+
 // The candidate lattice of the block's MASK rows (rows 1..n-1; the anchor's row
 // never reaches the LM head); see DFlashLattice.
 DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw, ggml_tensor * final) {
@@ -267,8 +275,7 @@ DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFla
 
 }  // namespace
 
-ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw,
-                                 DFlashLattice * lattice) {
+ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
     ggml_tensor * x = embed_tokens(g);
@@ -293,9 +300,9 @@ ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const
         x = ggml_add(ctx, x, f);
     }
     ggml_tensor * final = rms_norm(g, x, g.w.output_norm);
-    if (lattice && d.selects()) {
-        *lattice = build_lattice(g, d, dw, final);
-        for (ggml_tensor * t : {lattice->ids, lattice->scores, lattice->pairs}) {
+    if (d.selects()) {
+        const DFlashLattice lattice = build_lattice(g, d, dw, final);
+        for (ggml_tensor * t : {lattice.ids, lattice.scores, lattice.pairs}) {
             if (t) g.outputs.push_back(t);
         }
     }

@@ -64,21 +64,13 @@ struct DFlashWeights {
     ggml_tensor * candidate_successor = nullptr;
 };
 
-// What pass C of a DFlash2 drafter returns for a block of n rows (g = n - 1
-// MASK rows): the only tensors read back.
-struct DFlashLattice {
-    ggml_tensor * ids = nullptr;     // I32 [k, g]: each MASK row's top-k candidates (unordered)
-    ggml_tensor * scores = nullptr;  // [k, g]: row 1: unary + transition from the anchor; later rows: unary
-    ggml_tensor * pairs = nullptr;   // [k (cand), k (pred), g - 1]: transitions from row i-1's candidates (g > 1)
-};
-
 // Reads a drafter file. Its token_embd / output may be absent (n_vocab 0):
 // the binding borrows the target's.
 void load_dflash(const ModelFile & file, Hparams & hp, ModelWeights & w, DFlashParams & d, DFlashWeights & dw);
 
 ggml_tensor * build_dflash_inject(ForwardGraph & g, const DFlashWeights & dw);
-// Pass C; for a selecting DFlash2 drafter it also builds the lattice into `lattice`.
-ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw,
-                                 DFlashLattice * lattice);
+// Pass C; a selecting DFlash2 drafter's lattice (ids, scores, pairs) goes to
+// g.outputs, in that order.
+ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw);
 
 }  // namespace ggspec
