@@ -16,8 +16,8 @@ import time
 import ggspec
 from bench.peer.commands import DEFAULT_PROMPT
 from bench.peer.peer import peer_tokenize
-from ggspec.runtime import SpeculativeExecution
-from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.sampling import Sampler, SamplerConfig
 
 
 def timed_generation(execution: SpeculativeExecution, prompt: list[int], n: int) -> tuple[list[int], float, float]:

@@ -33,9 +33,9 @@ from bench.decode import timed_generation
 from bench.harness import rotated, throughput_cells
 from bench.qwen35_rollback import synthetic_model
 from bench.synthetic_acceptance import SyntheticAcceptance
-from ggspec.governor import SpeculationCostGovernor
-from ggspec.runtime import SpeculativeExecution
-from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.sampling import Sampler, SamplerConfig
 from ggspec.speculators.block import BlockDraftSpeculator
 
 DRAFTER = dict(n_vocab=32000, n_embd=1024, n_layer=2, n_head=8, n_head_kv=2, head_dim=128, n_ff=3072,

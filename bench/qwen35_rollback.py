@@ -13,7 +13,7 @@ each round:
   snapshots        the default: per-row state snapshots, the kept one copied on the device
   reforward        GGSPEC_Q35_VERIFY_SNAPSHOTS=0: snapshot, restore, re-forward the kept rows
   snapshots-host   GGSPEC_Q35_VERIFY_DEFER_STATE=0: the same snapshots, copied through the host
-  unfolded         the default path with GGSPEC_MTP_FOLD_CATCHUP=0
+  unfolded         the default path with the catch-up unfolded (GGSPEC_MTP_FOLD_CATCHUP=0 in the CLI)
   plain            no speculation (for scale)
 
 Prints per configuration: median tokens/s (min-max), the median per-round ratio to
@@ -36,8 +36,8 @@ import ggspec
 from bench.decode import timed_generation
 from bench.harness import rotated, throughput_cells
 from bench.synthetic_acceptance import SyntheticAcceptance
-from ggspec.runtime import SpeculativeExecution
-from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.sampling import Sampler, SamplerConfig
 from ggspec.speculators.draft_head import DraftHeadSpeculator
 
 CONFIGS = ("snapshots", "reforward", "snapshots-host", "unfolded", "plain")
@@ -64,10 +64,10 @@ def run(target: ggspec.Target, config: str, prompt: list[int], n: int, window: i
     if config == "plain":
         execution = SpeculativeExecution(target, sampler)
     else:
-        speculator = DraftHeadSpeculator(target.draft_head, target.n_embd, window, min_draft_prob=0.0,
+        speculator = DraftHeadSpeculator(target.nextn_head, target.n_embd, window, min_draft_prob=0.0,
                                          fold_catch_up=config != "unfolded")
         execution = SyntheticAcceptance(target, sampler, speculator, rate=rate, seed=seed)
-    head_calls = target.draft_head.graph_calls
+    head_calls = target.nextn_head.graph_calls
     tokens, _, seconds = timed_generation(execution, prompt, n)
     stats = execution.stats.as_dict()
     n_steps = max(1, stats["verify_steps"] + stats["plain_steps"])
@@ -80,7 +80,7 @@ def run(target: ggspec.Target, config: str, prompt: list[int], n: int, window: i
            for phase in ("draft", "verify", "rollback", "snapshot", "commit")},
         "reforwards_per_step": stats["reforwards"] / n_steps,
         "state_bytes_per_step": stats["state_transfer_bytes"] / n_steps,
-        "head_calls_per_verify": ((target.draft_head.graph_calls - head_calls) / stats["verify_steps"]
+        "head_calls_per_verify": ((target.nextn_head.graph_calls - head_calls) / stats["verify_steps"]
                                   if stats["verify_steps"] else 0.0),
     }
 

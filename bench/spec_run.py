@@ -15,10 +15,9 @@ import json
 
 import ggspec
 from bench.spec_prompts import by_name
-from ggspec.generation import GenerationStream, make_sampler
-from ggspec.governor import SpeculationCostGovernor
-from ggspec.planner import SpeculationPlan
-from ggspec.spec_options import SpecOptions
+from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.planner import SpeculationPlan
+from ggspec.speculators.options import SpecOptions
 
 
 def prompt_ids(model: ggspec.Model, name: str) -> list[int]:
@@ -36,17 +35,14 @@ def run(model: ggspec.Model, name: str, speculator: str, n: int, governor: bool 
     ids = prompt_ids(model, name)
     options = SpecOptions(enabled=speculator != "none", spec_type="auto" if speculator == "garbage" else
                           speculator if speculator != "none" else "auto", governor=governor)
+    spec = options
     if speculator == "garbage":
         from tests.fixtures.scripted import GarbageSpeculator
 
-        plan = SpeculationPlan(GarbageSpeculator(model.target.n_vocab, window=8), SpeculationCostGovernor(governor),
+        spec = SpeculationPlan(GarbageSpeculator(model.target.n_vocab, window=8), SpeculationCostGovernor(governor),
                                options)
-    else:
-        from ggspec.planner import plan_speculation
-
-        plan = plan_speculation(model.target, options)
-    sampler = make_sampler(model, temperature=0)
-    return GenerationStream(model, ids, sampler, plan, n, ignore_eos=True, on_token=on_token).run()
+    with ggspec.Engine(model) as engine:
+        return engine.submit(ids, max_tokens=n, temperature=0, ignore_eos=True, spec=spec, on_token=on_token).result
 
 
 def main() -> None:

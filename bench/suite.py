@@ -34,7 +34,7 @@ from bench.peer.commands import completion_cmd, speculative_cmd
 from bench.peer.generation_stats import completion_stats, speculative_stats
 from bench.peer.peer import peer_tokenize
 from bench.spec_prompts import CANNOT_PAY, SUITES, Prompt
-from ggspec.stats import PHASES
+from ggspec.engine.stats import PHASES
 
 LLAMA_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 QUICK_LLAMA_MODES = ("ngram-simple",)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from bench.spec_prompts import SUITES
-from ggspec.stats import PHASES
+from ggspec.engine.stats import PHASES
 
 BASELINE = ("ggspec", "plain")
 

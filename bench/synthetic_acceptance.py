@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggspec.runtime import SpeculativeExecution
+from ggspec.engine.execution import SpeculativeExecution
 
 
 class SyntheticAcceptance(SpeculativeExecution):

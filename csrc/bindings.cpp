@@ -4,6 +4,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
+#include <exception>
+#include <new>
+#include <stdexcept>
+
 #include "errors.h"
 #include "kernels/q8_dot_rows.h"
 #include "target.h"
@@ -118,14 +123,58 @@ py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_bloc
     return py::make_tuple(values, ids, pairs);
 }
 
+// ggspec.errors' classes, held for the module's lifetime (never released: the
+// interpreter may be finalising when the last exception is raised).
+PyObject * g_model_format_error = nullptr;
+PyObject * g_context_overflow_error = nullptr;
+
+// A C++ message may carry bytes that are not UTF-8 (a name from a corrupt file):
+// decode with replacement, so the message always reaches Python.
+void raise(PyObject * type, const char * what) {
+    PyObject * message = PyUnicode_DecodeUTF8(what, (Py_ssize_t) std::strlen(what), "replace");
+    PyErr_SetObject(type, message);
+    Py_XDECREF(message);
+}
+
+void translate(std::exception_ptr p) {
+    try {
+        if (p) std::rethrow_exception(p);
+    } catch (const ModelFormatError & e) {
+        raise(g_model_format_error, e.what());
+    } catch (const ContextOverflowError & e) {
+        raise(g_context_overflow_error, e.what());
+    } catch (const std::bad_alloc &) {
+        PyErr_SetString(PyExc_MemoryError, "out of memory");
+    } catch (const std::out_of_range & e) {
+        raise(PyExc_IndexError, e.what());
+    } catch (const std::overflow_error & e) {
+        raise(PyExc_OverflowError, e.what());
+    } catch (const std::invalid_argument & e) {
+        raise(PyExc_ValueError, e.what());
+    } catch (const std::length_error & e) {
+        raise(PyExc_ValueError, e.what());
+    } catch (const std::range_error & e) {
+        raise(PyExc_ValueError, e.what());
+    } catch (const py::builtin_exception &) {
+        throw;  // pybind11's own (a cast error): its translator knows them
+    } catch (const py::error_already_set &) {
+        throw;
+    } catch (const std::exception & e) {
+        raise(PyExc_RuntimeError, e.what());
+    }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
     m.doc() = "ggspec's C++ core: GGUF targets as persistent ggml graphs";
 
-    auto base = py::reinterpret_borrow<py::object>(PyExc_ValueError);
-    py::register_exception<ModelFormatError>(m, "ModelFormatError", base);
-    py::register_exception<ContextOverflowError>(m, "ContextOverflowError", base);
+    py::module_ errors = py::module_::import("ggspec.errors");
+    g_model_format_error = py::object(errors.attr("ModelFormatError")).release().ptr();
+    g_context_overflow_error = py::object(errors.attr("ContextOverflowError")).release().ptr();
+    m.attr("ModelFormatError") = errors.attr("ModelFormatError");
+    m.attr("ContextOverflowError") = errors.attr("ContextOverflowError");
+    py::register_exception_translator(translate);
 
     py::class_<Target>(m, "Target")
         .def(py::init([](const std::string & path, int64_t n_ctx, int n_threads, const std::string & device,

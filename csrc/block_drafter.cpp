@@ -148,19 +148,39 @@ void BlockDrafter::inject(const float * features, int64_t n, int64_t start) {
                                     ") do not fit its context of " + std::to_string(kv_->n_ctx()));
     }
     seek(start);
-    const int64_t width = (int64_t) d_.target_layers.size() * hp_.n_embd;
-    tokens_.assign((size_t) std::min(n, max_rows_), 0);  // the pass reads no token ids
-    for (int64_t done = 0; done < n;) {
-        const int64_t m = std::min(max_rows_, n - done);
-        GraphKey key;
-        key.n_rows = m;
-        key.n_kv_full = kv_->n_kv_full(m);
-        key.n_kv_swa = hp_.n_swa > 0 ? kv_->n_kv_ring(m) : 0;
-        CachedGraph & g = inject_->prepare(key, tokens_.data(), features + done * width);
-        inject_->compute(g);
-        done += m;
-    }
+    inject_->run(n, max_rows_, nullptr, features, nullptr, nullptr);  // the pass reads no token ids
     inject_seconds_ += seconds_since(t0);
+}
+
+void BlockDrafter::map_to_target_tokens(std::vector<int32_t> & ids) const {
+    if (head_to_token_.empty()) return;
+    for (int32_t & id : ids) id = (int32_t) head_to_token_[id];
+}
+
+void BlockDrafter::read_lattice(const CachedGraph & g, BlockDraft & out) {
+    out.ids.resize((size_t) (out.rows * out.k));
+    out.values.resize(out.ids.size());
+    out.pairs.resize((size_t) ((out.rows - 1) * out.k * out.k));
+    void * dst[] = {out.ids.data(), out.values.data(), out.pairs.data()};
+    for (size_t i = 0; i < g.body_outputs.size(); ++i) {
+        ggml_backend_tensor_get(g.body_outputs[i], dst[i], 0, ggml_nbytes(g.body_outputs[i]));
+        readback_bytes_ += ggml_nbytes(g.body_outputs[i]);
+    }
+    map_to_target_tokens(out.ids);
+}
+
+void BlockDrafter::read_top_k(const CachedGraph & g, const GraphKey & key, int64_t n_block, int top_k,
+                              BlockDraft & out) {
+    std::vector<int32_t> ids((size_t) (n_block * top_k));
+    std::vector<float> values(ids.size());
+    ForwardOutputs rows;
+    rows.ids = ids.data();
+    rows.values = values.data();
+    block_->read_outputs(g, key, 0, 0, rows);
+    readback_bytes_ += 2 * ids.size() * sizeof(float);
+    out.ids.assign(ids.begin() + top_k, ids.end());  // row 0 is the anchor's
+    map_to_target_tokens(out.ids);
+    out.values.assign(values.begin() + top_k, values.end());
 }
 
 BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k) {
@@ -177,44 +197,20 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
     tokens_.assign((size_t) n_block, d_.mask_token);
     tokens_[0] = anchor;
     const bool lattice = d_.selects();
-    GraphKey key;
-    key.n_rows = n_block;
-    key.n_kv_full = kv_->n_kv_full(n_block);
-    key.n_kv_swa = hp_.n_swa > 0 ? kv_->n_kv_ring(n_block) : 0;
-    key.n_out = lattice ? 0 : n_block;  // a lattice comes from the body's own outputs
-    key.top_k = lattice ? 0 : top_k;
     BlockDraft out;
     out.rows = n_block - 1;
     out.k = lattice ? d_.selector_top_k : top_k;
     try {
-        CachedGraph & g = block_->prepare(key, tokens_.data(), nullptr);
-        block_->compute(g);
-        if (lattice) {
-            out.ids.resize((size_t) (out.rows * out.k));
-            out.values.resize(out.ids.size());
-            out.pairs.resize((size_t) ((out.rows - 1) * out.k * out.k));
-            void * dst[] = {out.ids.data(), out.values.data(), out.pairs.data()};
-            for (size_t i = 0; i < g.body_outputs.size(); ++i) {
-                ggml_backend_tensor_get(g.body_outputs[i], dst[i], 0, ggml_nbytes(g.body_outputs[i]));
-                readback_bytes_ += ggml_nbytes(g.body_outputs[i]);
-            }
-            if (!head_to_token_.empty()) {
-                for (int32_t & id : out.ids) id = (int32_t) head_to_token_[id];
-            }
-        } else {
-            std::vector<int32_t> ids((size_t) (n_block * top_k));
-            std::vector<float> values(ids.size());
-            ForwardOutputs rows;
-            rows.ids = ids.data();
-            rows.values = values.data();
-            block_->read_outputs(g, key, 0, 0, rows);
-            readback_bytes_ += 2 * ids.size() * sizeof(float);
-            out.ids.assign(ids.begin() + top_k, ids.end());  // row 0 is the anchor's
-            if (!head_to_token_.empty()) {
-                for (int32_t & id : out.ids) id = (int32_t) head_to_token_[id];
-            }
-            out.values.assign(values.begin() + top_k, values.end());
-        }
+        block_->run(
+            n_block, n_block, tokens_.data(), nullptr,
+            [&](GraphKey & key, const Chunk &) {
+                key.n_out = lattice ? 0 : n_block;  // a lattice comes from the body's own outputs
+                key.top_k = lattice ? 0 : top_k;
+            },
+            [&](CachedGraph & g, const GraphKey & key, const Chunk &) {
+                if (lattice) read_lattice(g, out);
+                else read_top_k(g, key, n_block, top_k, out);
+            });
     } catch (...) {
         kv_->rewind(pos0);
         throw;

@@ -56,6 +56,11 @@ public:
     void reset() { kv_->clear(); }
 
 private:
+    // Pass C's outputs: DFlash2's lattice (the body's own outputs), or DFlash's top-k per row.
+    void read_lattice(const CachedGraph & g, BlockDraft & out);
+    void read_top_k(const CachedGraph & g, const GraphKey & key, int64_t n_block, int top_k, BlockDraft & out);
+    void map_to_target_tokens(std::vector<int32_t> & ids) const;
+
     void bind_to(const Hparams & target, const ModelWeights & target_w);
     void seek(int64_t position);  // the KV ends at `position`: rewound, or past empty positions
     // DFlash2 with d2t: the codebook rows of the head's tokens, on the device.

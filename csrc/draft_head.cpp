@@ -34,26 +34,21 @@ void DraftHead::forward(const int32_t * tokens, const float * hidden, int64_t n,
     }
     kv_->rewind(start);
     try {
-        for (int64_t done = 0; done < n;) {
-            const int64_t m = std::min(max_rows_, n - done);
-            const bool last = done + m == n;
-            GraphKey key;
-            key.n_rows = m;
-            key.n_kv_full = kv_->n_kv_full(m);
-            key.n_out = last && top_k > 0 ? 1 : 0;
-            key.top_k = key.n_out > 0 ? top_k : 0;
-            if (last && out.hidden) key.taps = {-1};
-            CachedGraph & g = runner_->prepare(key, tokens + done, hidden + done * hp_.n_embd);
-            runner_->compute(g);
-            if (last) {
-                hidden_rows_.resize((size_t) (m * hp_.n_embd));
+        runner_->run(
+            n, max_rows_, tokens, hidden,
+            [&](GraphKey & key, const Chunk & c) {
+                key.n_out = c.last && top_k > 0 ? 1 : 0;
+                key.top_k = key.n_out > 0 ? top_k : 0;
+                if (c.last && out.hidden) key.taps = {-1};
+            },
+            [&](CachedGraph & g, const GraphKey & key, const Chunk & c) {
+                if (!c.last) return;
+                hidden_rows_.resize((size_t) (c.n_rows * hp_.n_embd));
                 ForwardOutputs rows = out;
                 rows.hidden = out.hidden ? hidden_rows_.data() : nullptr;
                 runner_->read_outputs(g, key, 0, 0, rows);
                 if (out.hidden) std::copy(hidden_rows_.end() - hp_.n_embd, hidden_rows_.end(), out.hidden);
-            }
-            done += m;
-        }
+            });
     } catch (...) {
         kv_->rewind(start);
         throw;

@@ -128,6 +128,27 @@ void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const int32_
     set_input(in.v_idx, idx_.data());
 }
 
+void GraphRunner::run(int64_t n, int64_t max_rows, const int32_t * tokens, const float * hidden_in,
+                      const ShapeChunk & shape, const ReadChunk & read) {
+    std::vector<int32_t> no_tokens;
+    if (!tokens) {
+        no_tokens.assign((size_t) std::min(n, max_rows), 0);
+    }
+    for (int64_t done = 0; done < n;) {
+        const Chunk chunk{done, std::min(max_rows, n - done), done + std::min(max_rows, n - done) == n};
+        GraphKey key;
+        key.n_rows = chunk.n_rows;
+        key.n_kv_full = body_.kv.n_kv_full(chunk.n_rows);
+        key.n_kv_swa = body_.hp.n_swa > 0 ? body_.kv.n_kv_ring(chunk.n_rows) : 0;
+        if (shape) shape(key, chunk);
+        CachedGraph & g = prepare(key, tokens ? tokens + done : no_tokens.data(),
+                                  hidden_in ? hidden_in + done * body_.hidden_width : nullptr);
+        compute(g);
+        if (read) read(g, key, chunk);
+        done += chunk.n_rows;
+    }
+}
+
 CachedGraph & GraphRunner::prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in) {
     const Hparams & hp = body_.hp;
     CachedGraph & g = graphs_.get(key, [&] { return build(key); });

@@ -41,9 +41,26 @@ struct ModelBody {
     bool per_op = false;
 };
 
+// One graph of a call that run() splits: rows [done, done + n_rows) of it.
+struct Chunk {
+    int64_t done;
+    int64_t n_rows;
+    bool last;
+};
+
 class GraphRunner {
 public:
     GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes);
+
+    // The one loop every caller runs: n rows at positions kv.seq_len().. as graphs of at
+    // most max_rows. Each chunk's key gets its row count and KV lengths here and the
+    // rest from `shape` (called before the chunk is prepared); `read` then takes the
+    // chunk's outputs. tokens: [n] (null: the body reads none); hidden_in: [n,
+    // hidden_width] when the body takes hidden rows.
+    using ShapeChunk = std::function<void(GraphKey & key, const Chunk & chunk)>;
+    using ReadChunk = std::function<void(CachedGraph & g, const GraphKey & key, const Chunk & chunk)>;
+    void run(int64_t n, int64_t max_rows, const int32_t * tokens, const float * hidden_in, const ShapeChunk & shape,
+             const ReadChunk & read);
 
     // The graph for `key` with its inputs set for key.n_rows rows at positions
     // kv.seq_len().., which it advances past them. hidden_in: [n_rows,

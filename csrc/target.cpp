@@ -156,28 +156,24 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
     const bool keep_rows = rs_ && req.all_rows && n <= max_verify_rows() &&
                            rollback_ != Rollback::reforward;
     try {
-        for (int64_t done = 0; done < n;) {
-            const int64_t m = std::min(opt_.prefill_chunk, n - done);
-            const bool last = done + m == n;
-            GraphKey key;
-            key.n_rows = m;
-            key.n_kv_full = kv_->n_kv_full(m);
-            key.n_kv_swa = hp_.n_swa > 0 ? kv_->n_kv_ring(m) : 0;
-            key.n_out = req.all_rows ? m : (last ? 1 : 0);
-            key.top_k = key.n_out > 0 ? req.top_k : 0;
-            key.taps = req.taps;
-            key.state_slots = keep_rows ? m : 1;
-            key.writes_state = !keep_rows || rollback_ == Rollback::snapshots_host;
-            const int64_t pos0 = kv_->seq_len();
-            CachedGraph & g = runner_->prepare(key, req.tokens + done, nullptr);
-            runner_->compute(g);
-            if (rs_) {
-                state_len_ = key.writes_state ? pos0 + m : pos0;
-                pending_ = keep_rows ? PendingState{&g, pos0, m, key.writes_state} : PendingState{};
-            }
-            runner_->read_outputs(g, key, done, req.all_rows ? done : 0, out);
-            done += m;
-        }
+        int64_t pos0 = 0;
+        runner_->run(
+            n, opt_.prefill_chunk, req.tokens, nullptr,
+            [&](GraphKey & key, const Chunk & c) {
+                key.n_out = req.all_rows ? c.n_rows : (c.last ? 1 : 0);
+                key.top_k = key.n_out > 0 ? req.top_k : 0;
+                key.taps = req.taps;
+                key.state_slots = keep_rows ? c.n_rows : 1;
+                key.writes_state = !keep_rows || rollback_ == Rollback::snapshots_host;
+                pos0 = kv_->seq_len();
+            },
+            [&](CachedGraph & g, const GraphKey & key, const Chunk & c) {
+                if (rs_) {
+                    state_len_ = key.writes_state ? pos0 + c.n_rows : pos0;
+                    pending_ = keep_rows ? PendingState{&g, pos0, c.n_rows, key.writes_state} : PendingState{};
+                }
+                runner_->read_outputs(g, key, c.done, req.all_rows ? c.done : 0, out);
+            });
     } catch (...) {
         // The cache holds nothing usable past the start; rewind if the ring still allows it.
         try {

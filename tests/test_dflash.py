@@ -10,9 +10,11 @@ from hypothesis import strategies as st
 import ggspec
 from bench.peer.commands import speculative_cmd
 from bench.peer.generation_stats import run_for_stats
-from ggspec.registry import SpeculatorOptions, registry
-from ggspec.runtime import SpeculativeExecution
-from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.speculators.registry import SpeculatorOptions, registry
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.sampling import Sampler, SamplerConfig
+from ggspec.engine.planner import plan_speculation
+from ggspec.speculators.options import SpecOptions
 from ggspec.speculators.block import BlockDraftSpeculator
 from tests.fixtures.tiny_dflash import write_tiny_dflash
 from tests.fixtures.tiny_models import write_tiny_model
@@ -79,40 +81,49 @@ def test_dflash2_lattice_walks_as_the_numpy_reference(qwen3_target, tmp_path, df
         np.testing.assert_allclose(p_ours, p_ref, rtol=0, atol=0.01)  # the KV cache is f16
 
 
-def test_dflash2_switches_attribute_its_extensions(qwen3_target, tmp_path, monkeypatch):
+def test_dflash2_switches_attribute_its_extensions(qwen3_target, tmp_path):
     drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", dflash2={})
     target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
     tokens = list(range(10, 40))
     drafts = {}
-    for switch in (None, "GGSPEC_DFLASH_SELECTOR", "GGSPEC_DFLASH_CONV"):
-        if switch:
-            monkeypatch.setenv(switch, "0")
-        drafter = target.attach_drafter(drafter_path)
+    for switch in (None, "selector", "conv"):
+        drafter = target.attach_drafter(drafter_path, **({switch: False} if switch else {}))
         drafter.inject(target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden, 0)
         drafts[switch] = drafter.draft(77, len(tokens), 6, 10)
-        monkeypatch.delenv(switch or "GGSPEC_DFLASH_SELECTOR", raising=False)
-    assert drafts["GGSPEC_DFLASH_SELECTOR"].pairs is None  # each row's argmax, DFlash's readout
-    assert drafts[None].pairs is not None and drafts["GGSPEC_DFLASH_CONV"].pairs is not None
-    assert not np.array_equal(drafts[None].values, drafts["GGSPEC_DFLASH_CONV"].values)
+    assert drafts["selector"].pairs is None  # each row's argmax, DFlash's readout
+    assert drafts[None].pairs is not None and drafts["conv"].pairs is not None
+    assert not np.array_equal(drafts[None].values, drafts["conv"].values)
+
+
+def test_the_cli_switches_reach_the_attached_drafter(qwen3_target, tmp_path):
+    """GGSPEC_DFLASH_CONV/SELECTOR/FUSED=0 (read by SpecOptions.from_environment) attach
+    the drafter with that extension off; a plan with other switches re-attaches it."""
+    drafter_path = str(write_tiny_dflash(tmp_path / "drafter.gguf", dflash2={}))
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    env = {"GGSPEC_SPEC_DRAFT_MODEL": drafter_path, "GGSPEC_DFLASH_CONV": "0", "GGSPEC_DFLASH_SELECTOR": "0",
+           "GGSPEC_DFLASH_FUSED": "0"}
+    plan_speculation(target, SpecOptions.from_environment(env))
+    assert target.block_drafter.switches == {"conv": False, "selector": False, "fused": False}
+    plan_speculation(target, SpecOptions(draft_model=drafter_path))
+    assert target.block_drafter.switches == {"conv": True, "selector": True, "fused": True}
 
 
 @pytest.mark.parametrize("variant", ["plain", "sliding-window", "dflash2", "dflash2-reduced-vocab"])
-def test_one_graph_passes_equal_the_per_op_path(qwen3_target, tmp_path, monkeypatch, variant):
-    """GGSPEC_DFLASH_FUSED=0 dispatches every node of passes A+B and C as a graph of its
-    own; the one-graph passes must give the same bits."""
+def test_one_graph_passes_equal_the_per_op_path(qwen3_target, tmp_path, variant):
+    """fused=False (GGSPEC_DFLASH_FUSED=0) dispatches every node of passes A+B and C as a
+    graph of its own; the one-graph passes must give the same bits."""
     drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
     target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
     tokens = list(range(10, 50))
     features = target.spec_forward(tokens, hidden_layers=[0, 1]).hidden
     drafts = {}
-    for fused in ("1", "0"):
-        monkeypatch.setenv("GGSPEC_DFLASH_FUSED", fused)
-        drafter = target.attach_drafter(drafter_path)
+    for fused in (True, False):
+        drafter = target.attach_drafter(drafter_path, fused=fused)
         drafter.inject(features[:30], 0)
         first = drafter.draft(77, 30, 8, 10)
         drafter.inject(features[30:], 30)
         drafts[fused] = (first, drafter.draft(91, 40, 5, 10))
-    for one_graph, per_op in zip(drafts["1"], drafts["0"]):
+    for one_graph, per_op in zip(drafts[True], drafts[False]):
         for field in ("values", "ids", "pairs"):
             a, b = getattr(one_graph, field), getattr(per_op, field)
             assert (a is None) == (b is None)
@@ -180,7 +191,7 @@ def test_a_reused_prefix_keeps_the_output_and_drafting(targets):
 
 def test_auto_picks_an_attached_drafter_over_the_files_head(targets):
     target = targets["qwen35"]
-    assert target.nextn_head is not None and target.draft_head is target.block_drafter
+    assert target.nextn_head is not None and target.drafter is target.block_drafter
     assert registry.resolve("auto", target) == "block"
     speculator, reason = registry.create("draft-head", target, SpeculatorOptions())
     assert reason is None and speculator.name == "draft-head"  # the file's head stays reachable by name

@@ -1,9 +1,8 @@
-"""GenerationStream's per-token hook sees each token as the runtime emits it."""
+"""A request's per-token hook sees each token as the runtime emits it."""
 
 import ggspec
-from ggspec.generation import GenerationStream, make_sampler
-from ggspec.planner import plan_speculation
-from ggspec.spec_options import SpecOptions
+from ggspec.engine.planner import plan_speculation
+from ggspec.speculators.options import SpecOptions
 
 
 def test_on_token_sees_every_emitted_token_in_order(tiny_model):
@@ -12,7 +11,7 @@ def test_on_token_sees_every_emitted_token_in_order(tiny_model):
     for speculate in (False, True):
         seen: list[int] = []
         plan = plan_speculation(model.target, SpecOptions(enabled=speculate, spec_type="ngram"))
-        stream = GenerationStream(model, prompt, make_sampler(model, temperature=0), plan, 40, ignore_eos=True,
-                                  on_token=seen.append)
-        result = stream.run()
+        with ggspec.Engine(model) as engine:
+            result = engine.submit(prompt, max_tokens=40, temperature=0, ignore_eos=True, spec=plan,
+                                   on_token=seen.append).result
         assert seen == result.tokens and len(seen) == 40

@@ -1,6 +1,6 @@
 """The cost governor on a fake clock: it parks a losing drafter and re-arms a winning one."""
 
-from ggspec.governor import SpeculationCostGovernor
+from ggspec.engine.governor import SpeculationCostGovernor
 
 PLAIN_S = 0.010  # one plain step: 1 token in 10 ms
 

@@ -15,8 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ggspec
-from ggspec.runtime import SpeculativeExecution
-from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.sampling import Sampler, SamplerConfig
+from ggspec.environment import target_options_from
 from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.ngram import NGramSpeculator
 from bench.synthetic_acceptance import SyntheticAcceptance
@@ -96,10 +97,9 @@ def test_default_path_moves_no_state_through_the_host(tmp_path):
 
 @pytest.mark.parametrize("env,path", [({}, "snapshots"), ({"GGSPEC_Q35_VERIFY_SNAPSHOTS": "0"}, "reforward"),
                                       ({"GGSPEC_Q35_VERIFY_DEFER_STATE": "0"}, "snapshots-host")])
-def test_environment_switches_select_the_old_paths(tmp_path, monkeypatch, env, path):
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
-    target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=64)
+def test_environment_switches_select_the_old_paths(tmp_path, env, path):
+    """The CLI reads the switches (ggspec.environment); the library never does."""
+    target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=64, **target_options_from(env))
     target.spec_forward(TOKENS[:4])
     target.snapshot_recurrent()
     target.spec_forward(TOKENS[4:8], all_logits=True)
@@ -171,7 +171,7 @@ def test_draft_head_matches_the_numpy_reference(tmp_path):
     ref = Qwen35Reference(path)
     _, hidden = ref.forward(TOKENS)
     before = np.concatenate([np.zeros((1, hidden["final"].shape[1]), np.float32), hidden["final"][:-1]])
-    head = ggspec.load(path, n_ctx=128).draft_head
+    head = ggspec.load(path, n_ctx=128).nextn_head
     values, ids, row = head.draft_catch_up_and_step(TOKENS, before, 0, 10)
     ref_logits, ref_rows = ref.mtp_forward(TOKENS, before)
     np.testing.assert_allclose(row, ref_rows[-1], rtol=0, atol=5e-3)
@@ -190,7 +190,7 @@ def test_draft_head_rows_are_batch_invariant(tmp_path):
     target = ggspec.load(path, n_ctx=128)
     hidden = target.spec_forward(TOKENS, hidden_layers=["final"]).hidden
     before = np.vstack([np.zeros((1, target.n_embd), np.float32), hidden[:-1]])
-    head = target.draft_head
+    head = target.nextn_head
     batched = head.draft_catch_up_and_step(TOKENS, before, 0, 10)
     for position, token in enumerate(TOKENS):
         one = head.draft_step(token, before[position], position, 10)
@@ -199,14 +199,14 @@ def test_draft_head_rows_are_batch_invariant(tmp_path):
 
 
 def test_draft_head_refuses_rows_past_its_positions(tmp_path):
-    head = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128).draft_head
+    head = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128).nextn_head
     with pytest.raises(ValueError, match="rows must continue them"):
         head.draft_step(5, np.zeros(64, np.float32), 3, 10)
 
 
 def test_a_file_without_a_head_has_none(tmp_path):
     target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf", n_nextn=0), n_ctx=128)
-    assert target.draft_head is None and target.n_layer == 4
+    assert target.nextn_head is None and target.n_layer == 4
 
 
 class RecordingHead(DraftHeadSpeculator):
@@ -244,12 +244,12 @@ def test_folded_and_unfolded_heads_draft_the_same(head_targets):
     prompt = [1, 5, 6, 7, 8, 9, 5, 6, 7]
     runs = {}
     for fold in (True, False):
-        calls = target.draft_head.graph_calls
-        spec = RecordingHead(target.draft_head, target.n_embd, 3, 0.0, fold)
+        calls = target.nextn_head.graph_calls
+        spec = RecordingHead(target.nextn_head, target.n_embd, 3, 0.0, fold)
         target.reset()
         execution = SyntheticAcceptance(target, Sampler(GREEDY, target.n_vocab), spec, rate=0.6, seed=1)
         tokens = [t for step in execution.generate(prompt, 48) for t in step]
-        runs[fold] = (tokens, spec.proposals, target.draft_head.graph_calls - calls, execution.stats)
+        runs[fold] = (tokens, spec.proposals, target.nextn_head.graph_calls - calls, execution.stats)
     assert runs[True][:2] == runs[False][:2]
     assert runs[True][3].draft_n_accepted > 10
     catch_ups = sum(1 for caught_up, _ in runs[True][1] if caught_up)
@@ -266,7 +266,7 @@ def test_speculative_output_is_plain_output(head_targets, path, kind, fold, wind
     prompt = rng.integers(3, target.n_vocab, size=int(rng.integers(1, 30))).tolist()
     prompt += prompt[: len(prompt) // 2]
     plain, _ = decode(target, config, prompt, 40)
-    speculator = (DraftHeadSpeculator(target.draft_head, target.n_embd, window, 0.0, fold) if kind == "draft-head"
+    speculator = (DraftHeadSpeculator(target.nextn_head, target.n_embd, window, 0.0, fold) if kind == "draft-head"
                   else NGramSpeculator(max_draft_tokens=window))
     spec, stats = decode(target, config, prompt, 40, speculator)
     assert spec == plain

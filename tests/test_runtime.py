@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ggspec
-from ggspec.runtime import SpeculativeExecution
-from ggspec.sampling import Sampler, SamplerConfig
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.sampling import Sampler, SamplerConfig
 from ggspec.speculators.ngram import NGramSpeculator
 from tests.fixtures.scripted import GarbageSpeculator, NoisyOracleSpeculator, ScriptedSpeculator, ScriptedTarget
 from tests.fixtures.tiny_models import ARCHS, TARGET_ARCHS

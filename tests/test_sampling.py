@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import ggspec
-from ggspec.sampling import Sampler, SamplerConfig, uniform
+from ggspec.engine.sampling import Sampler, SamplerConfig, uniform
 
 
 def test_uniform_is_a_pure_function_of_seed_and_position():

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from ggspec.planner import plan_speculation
-from ggspec.registry import SpeculatorOptions, SpeculatorRegistry, registry
-from ggspec.spec_options import SpecOptions, add_spec_arguments, spec_options_from
+from ggspec.engine.planner import plan_speculation
+from ggspec.speculators.registry import SpeculatorOptions, SpeculatorRegistry, registry
+from ggspec.speculators.options import SpecOptions, add_spec_arguments, spec_options_from
 from tests.test_cli import assert_clear_failure, ggspec
 
 
@@ -43,6 +43,17 @@ def test_historical_spellings():
     assert options(env={"GGSPEC_MTP_TYPE": "ngram", "GGSPEC_MTP_GOVERNOR": "off"}) == SpecOptions()
 
 
+def test_comparison_switches_come_from_the_environment_only():
+    env = {"GGSPEC_MTP_FOLD_CATCHUP": "0", "GGSPEC_DFLASH_CONV": "0", "GGSPEC_DFLASH_SELECTOR": "off",
+           "GGSPEC_DFLASH_FUSED": "0"}
+    switched = SpecOptions.from_environment(env)
+    assert switched == SpecOptions(mtp_fold_catch_up=False, dflash_conv=False, dflash_selector=False,
+                                   dflash_fused=False)
+    assert switched.speculator_options().fold_catch_up is False
+    assert switched.drafter_switches() == {"conv": False, "selector": False, "fused": False}
+    assert SpecOptions.from_environment({}) == SpecOptions()
+
+
 @pytest.mark.parametrize("variable,value", [("GGSPEC_SPEC_DRAFT", "0"), ("GGSPEC_SPEC_DRAFT", "65"),
                                             ("GGSPEC_SPEC_PMIN", "1.5"), ("GGSPEC_SPEC", "maybe"),
                                             ("GGSPEC_SPEC_TYPE", "medusa"), ("GGSPEC_MTP_DRAFT", "x")])
@@ -61,7 +72,7 @@ def test_bad_flags_are_refused(argv):
 
 def test_the_registry_explains_declines():
     assert registry.names() == ["auto", "ngram", "draft-head", "block"]
-    assert registry.requires_draft_head("draft-head") and not registry.requires_draft_head("ngram")
+    assert registry.needs_drafter("draft-head") and not registry.needs_drafter("ngram")
     assert registry.resolve("auto", object()) == "ngram"
     speculator, reason = registry.create("draft-head", object(), SpeculatorOptions())
     assert speculator is None and "no draft head" in reason

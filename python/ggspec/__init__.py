@@ -1,14 +1,16 @@
 """ggspec: speculative decoding for GGUF language models over native ggml graphs."""
 
-from ggspec.generation import Generation, GenerationStream, generate, stream
+from ggspec.engine.engine import Engine
+from ggspec.engine.sampling import SamplerConfig
+from ggspec.engine.stream import Generation, GenerationStream
+from ggspec.generation import generate, stream
 from ggspec.model import Model
-from ggspec.sampling import SamplerConfig
+from ggspec.native.target import ContextOverflowError, ForwardResult, ModelFormatError, Target, load
 from ggspec.session import Session
-from ggspec.spec_options import SpecOptions
-from ggspec.target import ContextOverflowError, ForwardResult, ModelFormatError, Target, load
+from ggspec.speculators.options import SpecOptions
 from ggspec.text.chat import ChatTemplateError
 
-__all__ = ["load", "Target", "ForwardResult", "Model", "generate", "stream", "Session", "Generation",
+__all__ = ["load", "Target", "ForwardResult", "Model", "Engine", "generate", "stream", "Session", "Generation",
            "GenerationStream", "SamplerConfig", "SpecOptions", "ModelFormatError", "ContextOverflowError",
            "ChatTemplateError"]
 __version__ = "0.1.0"

@@ -10,8 +10,9 @@ import argparse
 import json
 import sys
 
-from ggspec.sampling import SamplerConfig
-from ggspec.spec_options import add_spec_arguments, spec_options_from
+from ggspec.engine.sampling import SamplerConfig
+from ggspec.environment import target_options_from
+from ggspec.speculators.options import add_spec_arguments, spec_options_from
 
 _DEFAULTS = SamplerConfig()
 
@@ -87,14 +88,21 @@ def _generate(args) -> None:
 
     spec = spec_options_from(args)  # before loading: a bad flag or variable fails fast
     prompt = _read_prompt(args)
-    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads)
+    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads, **target_options_from())
     run = stream(model, prompt, max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k,
                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, chat=args.chat,
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",
                  ignore_eos=args.ignore_eos, spec=spec)
-    if args.json:
-        for _ in run:
-            pass
+    try:
+        _print(run, args.json)
+    except KeyboardInterrupt:
+        run.cancel()  # the engine's worker stops within a step; wait for it before exiting
+        run.result
+        raise
+
+
+def _print(run, as_json: bool) -> None:
+    if as_json:
         r = run.result
         json.dump({"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stats": r.stats},
                   sys.stdout, ensure_ascii=False)

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Mapping, Sequence
 
 from ggspec.default_model import default_model_path
-from ggspec.target import Target, load
+from ggspec.native.target import Target, load
 from ggspec.text import Tokenizer
 from ggspec.text.chat import render_chat
 
@@ -29,9 +30,13 @@ class Model:
         self.path = path
         self.target: Target = load(path, **target_options)  # validates the file first
         self.tokenizer = Tokenizer.from_gguf(path)
-        #: the Session whose tokens the target's KV holds (None: no one's), so a
-        #: session never reuses a prefix another generation has overwritten
+        #: held by the engine worker that is running a request on the target: engines
+        #: on one model take turns, and only the holder calls into the target
+        self.lease = threading.Lock()
+        #: the session key whose request left `kv_tokens` in the target's KV (None: no
+        #: one's), so a session never reuses a prefix another generation has overwritten
         self.kv_owner = None
+        self.kv_tokens: list[int] = []
 
     @property
     def n_ctx(self) -> int:

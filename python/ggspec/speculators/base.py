@@ -7,7 +7,6 @@ not be slow.
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Sequence
@@ -22,12 +21,6 @@ def top1_probability(top_logits: np.ndarray) -> float:
     """Softmax of the best logit over the top-k logits (best first)."""
     e = np.exp(top_logits.astype(np.float64) - float(top_logits[0]))
     return float(e[0] / e.sum())
-
-
-class DraftHeadKind(enum.Enum):
-    NONE = "none"
-    PER_TOKEN = "per-token"   # one token per pass, chaining its own hidden output (MTP/NextN, EAGLE)
-    BLOCK = "block"           # a whole block per pass (DFlash, DFlash2)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType
 
-from ggspec._core import ModelFormatError
+from ggspec.errors import ModelFormatError
 
 # Fixed-size scalar types: (struct code, NumPy dtype code).
 _SCALARS = {

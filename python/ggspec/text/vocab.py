@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ggspec._core import ModelFormatError
+from ggspec.errors import ModelFormatError
 from ggspec.text.gguf_meta import read_metadata
 from ggspec.text.pretokenizers import PreTokenizerSpec, pre_tokenizer_spec
 from ggspec.text.specials import SpecialTokens, resolve_special_tokens

@@ -7,15 +7,16 @@ position, so a speculative step can never change what plain decoding emits.
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Sequence, Union
 
 import numpy as np
 
-from ggspec import _core
-from ggspec._core import ContextOverflowError, ModelFormatError
-from ggspec.block_drafter import BlockDrafter
-from ggspec.draft_head import NextnHead
+import ggspec._core as _core
+from ggspec.errors import ContextOverflowError, ModelFormatError
+from ggspec.native.block_drafter import BlockDrafter
+from ggspec.native.nextn_head import NextnHead
 
 Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after the final norm)
 
@@ -60,11 +61,17 @@ def physical_cores() -> int:
 
 
 class Target:
-    """A loaded model: the `SpeculativeTarget` the speculative runtime drives."""
+    """A loaded model: the `SpeculativeTarget` the speculative runtime drives.
+
+    Safe to call from several threads: calls are serialised, one at a time. A
+    sequence is still one sequence, though: use an Engine to share a model."""
 
     def __init__(self, core: _core.Target, path: str):
         self._core = core
         self.path = path
+        # Every call into the core (the head's and the drafter's too) holds this lock:
+        # forwards release the GIL, and two threads inside one model corrupt it.
+        self._lock = threading.RLock()
         self._nextn_head = None
         self._block_drafter = None
 
@@ -81,7 +88,7 @@ class Target:
     def nextn_head(self) -> NextnHead | None:
         """The MTP/NextN head the file carries, or None."""
         if self._core.has_draft_head and self._nextn_head is None:
-            self._nextn_head = NextnHead(self._core)
+            self._nextn_head = NextnHead(self._core, self._lock)
         return self._nextn_head
 
     @property
@@ -90,20 +97,22 @@ class Target:
         return self._block_drafter
 
     @property
-    def draft_head(self):
+    def drafter(self) -> BlockDrafter | NextnHead | None:
         """The drafter speculation uses by default: an attached one wins over the file's own head."""
         return self._block_drafter or self.nextn_head
 
-    def attach_drafter(self, path: str | os.PathLike) -> BlockDrafter:
+    def attach_drafter(self, path: str | os.PathLike, *, conv: bool = True, selector: bool = True,
+                       fused: bool = True) -> BlockDrafter:
         """Attaches a DFlash drafter GGUF (general.architecture "dflash") to this target.
         Raises ModelFormatError naming what does not fit (width, target layers, vocabulary,
-        mask token)."""
-        # attribution switches (the drafter's weights were trained with both on), and
-        # the per-op reference path the one-graph passes are checked against
-        switch = lambda name: os.environ.get(name, "1") != "0"  # noqa: E731
-        self._core.attach_drafter(os.fspath(path), use_conv=switch("GGSPEC_DFLASH_CONV"),
-                                  use_selector=switch("GGSPEC_DFLASH_SELECTOR"), fused=switch("GGSPEC_DFLASH_FUSED"))
-        self._block_drafter = BlockDrafter(self._core)
+        mask token).
+
+        conv, selector: DFlash2's grouped conv and candidate selector, for attribution (the
+        drafter's weights were trained with both on). fused=False: the per-op reference path
+        (every node its own dispatch) the one-graph passes are checked against."""
+        with self._lock:
+            self._core.attach_drafter(os.fspath(path), use_conv=conv, use_selector=selector, fused=fused)
+            self._block_drafter = BlockDrafter(self._core, self._lock, conv=conv, selector=selector, fused=fused)
         return self._block_drafter
 
     @property
@@ -156,7 +165,8 @@ class Target:
             computed in the graph (k = 1 is the argmax), best first, ties to the lower id.
         """
         taps = [self._tap_index(t) for t in hidden_layers]
-        values, ids, hidden = self._core.forward(np.asarray(tokens, dtype=np.int32), all_logits, taps, int(top_k))
+        with self._lock:
+            values, ids, hidden = self._core.forward(np.asarray(tokens, dtype=np.int32), all_logits, taps, int(top_k))
         return ForwardResult(logits=values, ids=ids, hidden=hidden)
 
     def _tap_index(self, tap: Tap) -> int:
@@ -169,42 +179,39 @@ class Target:
     # --- cache control -------------------------------------------------------
     def ensure_capacity(self, n: int) -> None:
         """Raises ContextOverflowError unless a sequence of n positions fits."""
-        self._core.ensure_capacity(int(n))
+        with self._lock:
+            self._core.ensure_capacity(int(n))
 
     def rewind(self, length: int) -> None:
         """Keeps the first `length` positions of the cache and forgets the rest."""
-        self._core.rewind(int(length))
+        with self._lock:
+            self._core.rewind(int(length))
 
     def set_recurrent_rollback(self, path: str) -> None:
         """Switches a recurrent trunk's rollback path (see load()) between generations."""
-        self._core.set_recurrent_rollback(path)
+        with self._lock:
+            self._core.set_recurrent_rollback(path)
 
     def snapshot_recurrent(self) -> None:
         """Before a verify on the "reforward" path: keeps the recurrent state on the host.
         A no-op elsewhere (a verify keeps the state after each of its rows)."""
-        self._core.snapshot_recurrent()
+        with self._lock:
+            self._core.snapshot_recurrent()
 
     def restore_recurrent(self) -> None:
         """The "reforward" path's rollback: the state before the verify again (then rewind
         to where it was and re-forward the kept rows). A no-op elsewhere."""
-        self._core.restore_recurrent()
+        with self._lock:
+            self._core.restore_recurrent()
 
     def reset(self) -> None:
         """Empties the sequence."""
-        self._core.reset()
+        with self._lock:
+            self._core.reset()
 
     def __repr__(self) -> str:
         return (f"Target({self.path!r}, arch={self.arch}, n_layer={self.n_layer}, n_embd={self.n_embd}, "
                 f"n_vocab={self.n_vocab}, n_ctx={self.max_context_length}, device={self.device})")
-
-
-def rollback_from_environment() -> str:
-    """The recurrent rollback path the GGSPEC_Q35_VERIFY_* switches select (for comparisons)."""
-    if os.environ.get("GGSPEC_Q35_VERIFY_SNAPSHOTS", "1") == "0":
-        return "reforward"
-    if os.environ.get("GGSPEC_Q35_VERIFY_DEFER_STATE", "1") == "0":
-        return "snapshots-host"
-    return "snapshots"
 
 
 def load(
@@ -218,7 +225,7 @@ def load(
     max_verify_rows: int = 65,
     graph_budget_mb: float = 1024.0,
     row_kernels: bool = True,
-    recurrent_rollback: str | None = None,
+    recurrent_rollback: str = "snapshots",
     recurrent_snapshot_mb: float = 512.0,
 ) -> Target:
     """Loads a GGUF model as a speculative-decoding target.
@@ -234,8 +241,7 @@ def load(
     recurrent_rollback: how a recurrent trunk (qwen35) rolls back a partly accepted verify:
     "snapshots" (the default: the verify keeps the state after each row and the kept one is
     copied on the device), "snapshots-host" (the same copy through the host) or "reforward"
-    (restore the pre-verify state and re-forward the kept rows). None reads
-    GGSPEC_Q35_VERIFY_SNAPSHOTS=0 (reforward) and GGSPEC_Q35_VERIFY_DEFER_STATE=0 (snapshots-host).
+    (restore the pre-verify state and re-forward the kept rows).
     recurrent_snapshot_mb: the memory a verify's per-row recurrent states may take; it
     bounds a recurrent trunk's verify rows (max_verify_rows), hence the draft window.
 
@@ -248,7 +254,7 @@ def load(
     core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
                         prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows),
                         graph_budget_mb=float(graph_budget_mb), row_kernels=bool(row_kernels),
-                        recurrent_rollback=recurrent_rollback or rollback_from_environment(),
+                        recurrent_rollback=recurrent_rollback,
                         recurrent_snapshot_mb=float(recurrent_snapshot_mb))
     return Target(core, path)
 

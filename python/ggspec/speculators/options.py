@@ -10,9 +10,10 @@ import os
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
-from ggspec.acceptance import ACCEPT_MODES
+from ggspec.speculators.registry import SpeculatorOptions, registry
 
-SPEC_TYPES = ("auto", "ngram", "draft-head", "block")
+SPEC_TYPES = tuple(registry.names())
+ACCEPT_MODES = ("match", "rejection")  # engine.acceptance implements them
 MAX_DRAFT = 64
 
 
@@ -25,6 +26,25 @@ class SpecOptions:
     draft_model: str | None = None  # a drafter GGUF; its general.architecture says what it is
     governor: bool = True
     accept: str = "match"
+    # comparison switches (GGSPEC_MTP_FOLD_CATCHUP, GGSPEC_DFLASH_*): the head's catch-up
+    # folded into its first step; DFlash2's conv and selector; the drafter's one-graph passes
+    mtp_fold_catch_up: bool = True
+    dflash_conv: bool = True
+    dflash_selector: bool = True
+    dflash_fused: bool = True
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> "SpecOptions":
+        """The options the GGSPEC_SPEC_* (and GGSPEC_MTP_*) variables give."""
+        return spec_options_from(None, environ)
+
+    def speculator_options(self) -> SpeculatorOptions:
+        return SpeculatorOptions(max_draft_tokens=self.draft, min_draft_prob=self.pmin,
+                                 fold_catch_up=self.mtp_fold_catch_up)
+
+    def drafter_switches(self) -> dict[str, bool]:
+        """Target.attach_drafter's switches."""
+        return {"conv": self.dflash_conv, "selector": self.dflash_selector, "fused": self.dflash_fused}
 
     def __post_init__(self):
         _check("spec_type", self.spec_type, SPEC_TYPES)
@@ -71,8 +91,8 @@ def _choice(allowed) -> Callable[[str], str]:
     return parse
 
 
-# field → (parse, environment variables, newest first). Only these four have
-# GGSPEC_MTP_* spellings; subsystem tuning switches are documented apart.
+# field → (parse, environment variables, newest first). Only four fields have
+# historical GGSPEC_MTP_* spellings; the comparison switches have no flags.
 _ENV: dict[str, tuple[Callable[[str], object], tuple[str, ...]]] = {
     "enabled": (_boolean, ("GGSPEC_SPEC", "GGSPEC_MTP_SPEC")),
     "spec_type": (_choice(SPEC_TYPES), ("GGSPEC_SPEC_TYPE",)),
@@ -81,6 +101,10 @@ _ENV: dict[str, tuple[Callable[[str], object], tuple[str, ...]]] = {
     "draft_model": (str, ("GGSPEC_SPEC_DRAFT_MODEL", "GGSPEC_MTP_DRAFT_MODEL")),
     "governor": (_boolean, ("GGSPEC_SPEC_GOVERNOR",)),
     "accept": (_choice(ACCEPT_MODES), ("GGSPEC_SPEC_ACCEPT",)),
+    "mtp_fold_catch_up": (_boolean, ("GGSPEC_MTP_FOLD_CATCHUP",)),
+    "dflash_conv": (_boolean, ("GGSPEC_DFLASH_CONV",)),
+    "dflash_selector": (_boolean, ("GGSPEC_DFLASH_SELECTOR",)),
+    "dflash_fused": (_boolean, ("GGSPEC_DFLASH_FUSED",)),
 }
 
 
@@ -123,7 +147,7 @@ def spec_options_from(args: argparse.Namespace | None = None,
                       environ: Mapping[str, str] = os.environ) -> SpecOptions:
     values = {}
     for name, (parse, variables) in _ENV.items():
-        flag = getattr(args, _FLAG_FIELDS[name], None) if args is not None else None
+        flag = getattr(args, _FLAG_FIELDS.get(name, ""), None) if args is not None else None
         if flag is not None:
             values[name] = flag
             continue
@@ -137,4 +161,4 @@ def spec_options_from(args: argparse.Namespace | None = None,
     return SpecOptions(**values)
 
 
-__all__ = ["SpecOptions", "SPEC_TYPES", "add_spec_arguments", "spec_options_from"]
+__all__ = ["SpecOptions", "SPEC_TYPES", "ACCEPT_MODES", "add_spec_arguments", "spec_options_from"]

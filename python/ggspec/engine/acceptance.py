@@ -15,9 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ggspec.sampling import Sampler, draw, uniform
-
-ACCEPT_MODES = ("match", "rejection")
+from ggspec.engine.sampling import Sampler, draw, uniform
 DraftDistribution = Callable[[int], "tuple[np.ndarray, np.ndarray] | None"]
 
 # Rejection mode's accept/reject coins come from a stream of their own, so they
@@ -65,4 +63,4 @@ def accept_rejection(sampler: Sampler, values: np.ndarray, ids: np.ndarray | Non
     return emitted
 
 
-__all__ = ["ACCEPT_MODES", "accept_match", "accept_rejection"]
+__all__ = ["accept_match", "accept_rejection"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterator, Sequence
 
-from ggspec.acceptance import accept_match, accept_rejection
-from ggspec.governor import SpeculationCostGovernor
-from ggspec.sampling import Sampler
+from ggspec.engine.acceptance import accept_match, accept_rejection
+from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.sampling import Sampler
 from ggspec.speculators.base import DraftContext, Speculator
-from ggspec.stats import SpecStats
+from ggspec.engine.stats import SpecStats
 
 
 class SpeculativeExecution:

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ggspec.speculators.base import DraftHeadKind
-
 
 @dataclass(frozen=True)
 class Draft:
@@ -48,10 +46,10 @@ class Draft:
 
 
 class BlockDrafter:
-    kind = DraftHeadKind.BLOCK
-
-    def __init__(self, core):
+    def __init__(self, core, lock, *, conv: bool, selector: bool, fused: bool):
         self._core = core
+        self._lock = lock  # the target's: the drafter runs inside the same core
+        self.switches = {"conv": conv, "selector": selector, "fused": fused}  # as attached
         self.path = core.drafter_path
         self.target_layers = tuple(core.drafter_target_layers)
         self.block_size = core.drafter_block_size
@@ -59,11 +57,13 @@ class BlockDrafter:
 
     def inject(self, features: np.ndarray, start: int) -> None:
         """Passes A+B: committed rows' features [n, len(target_layers) * n_embd] at positions start.."""
-        self._core.drafter_inject(features, int(start))
+        with self._lock:
+            self._core.drafter_inject(features, int(start))
 
     def draft(self, anchor: int, position: int, n_block: int, top_k: int) -> Draft:
         """Pass C over [anchor, MASK x (n_block - 1)] at positions position.. ."""
-        return Draft(*self._core.drafter_draft(int(anchor), int(position), int(n_block), int(top_k)))
+        with self._lock:
+            return Draft(*self._core.drafter_draft(int(anchor), int(position), int(n_block), int(top_k)))
 
     @property
     def readback_bytes(self) -> int:

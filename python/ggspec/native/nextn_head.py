@@ -12,30 +12,30 @@ from typing import Sequence
 
 import numpy as np
 
-from ggspec.speculators.base import DraftHeadKind
-
 Step = tuple[np.ndarray, np.ndarray, np.ndarray]  # top-k logits, top-k ids (best first), output hidden row
 
 
 class NextnHead:
-    kind = DraftHeadKind.PER_TOKEN
-
-    def __init__(self, core):
+    def __init__(self, core, lock):
         self._core = core
+        self._lock = lock  # the target's: the head runs inside the same core
 
     def draft_catch_up(self, tokens: Sequence[int], hidden: np.ndarray, start: int) -> None:
         """Rows with exact inputs (committed tokens, the trunk's rows before them) into the
         head's KV at positions start..; forgets what the head held from `start` on."""
-        self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), 0)
+        with self._lock:
+            self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), 0)
 
     def draft_step(self, token: int, hidden_row: np.ndarray, position: int, top_k: int) -> Step:
         """One row: `token` at `position`, reading hidden_row [n_embd]."""
-        return self._core.head_forward(np.asarray([token], np.int32), hidden_row.reshape(1, -1), int(position),
-                                       int(top_k))
+        with self._lock:
+            return self._core.head_forward(np.asarray([token], np.int32), hidden_row.reshape(1, -1), int(position),
+                                           int(top_k))
 
     def draft_catch_up_and_step(self, tokens: Sequence[int], hidden: np.ndarray, start: int, top_k: int) -> Step:
         """The catch-up over all but the last row and the step on the last, as ONE graph."""
-        return self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), int(top_k))
+        with self._lock:
+            return self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), int(top_k))
 
     @property
     def graph_calls(self) -> int:

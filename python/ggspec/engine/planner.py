@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from ggspec.governor import SpeculationCostGovernor
-from ggspec.registry import SpeculatorOptions, registry
-from ggspec.spec_options import SpecOptions
+from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.stats import SpecStats
 from ggspec.speculators.base import Speculator
-from ggspec.stats import SpecStats
+from ggspec.speculators.options import SpecOptions
+from ggspec.speculators.registry import registry
 
 #: general.architecture values of drafter GGUFs that ggspec can attach.
 SUPPORTED_DRAFTERS: tuple[str, ...] = ("dflash",)
@@ -45,16 +45,17 @@ def check_draft_model(path: str) -> str:
 
 
 def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
+    """Calls into the target (attaching the drafter): run it where the target's calls run."""
     governor = SpeculationCostGovernor(enabled=options.governor)
     if options.draft_model:
         check_draft_model(options.draft_model)
         attached = target.block_drafter
-        if attached is None or os.path.realpath(attached.path) != os.path.realpath(options.draft_model):
-            target.attach_drafter(options.draft_model)
+        if (attached is None or os.path.realpath(attached.path) != os.path.realpath(options.draft_model)
+                or attached.switches != options.drafter_switches()):
+            target.attach_drafter(options.draft_model, **options.drafter_switches())
     if not options.enabled:
         return SpeculationPlan(None, governor, options)
-    speculator, reason = registry.create(options.spec_type, target,
-                                         SpeculatorOptions(max_draft_tokens=options.draft, min_draft_prob=options.pmin))
+    speculator, reason = registry.create(options.spec_type, target, options.speculator_options())
     return SpeculationPlan(speculator, governor, options, reason)
 
 

@@ -1,4 +1,5 @@
-"""The one place that knows which speculation algorithms exist.
+"""The one list of speculation algorithms: the CLI's --spec-type choices, the
+options' checks and `auto` all read it.
 
 A factory returns None when its algorithm cannot serve a model; the registry
 turns that into the reason an operator reads, and the run goes on plain.
@@ -9,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ggspec.speculators.base import DraftHeadKind, Speculator
+from ggspec.speculators.base import Speculator
 
 Factory = Callable[[Any, "SpeculatorOptions"], "Speculator | None"]
+Serves = Callable[[Any], bool]
 
 
 @dataclass(frozen=True)
@@ -20,52 +22,50 @@ class SpeculatorOptions:
 
     max_draft_tokens: int | None = None
     min_draft_prob: float | None = None
+    fold_catch_up: bool = True  # a per-token head's catch-up and first step in one graph
 
 
 @dataclass(frozen=True)
 class _Entry:
     factory: Factory
-    requires_draft_head: bool
+    serves: Serves            # whether the model has what the algorithm needs (a drafter)
+    needs_drafter: bool
     decline_reason: str
-
-
-def draft_head_kind(target: Any) -> DraftHeadKind:
-    head = getattr(target, "draft_head", None)
-    return DraftHeadKind.NONE if head is None else head.kind
 
 
 class SpeculatorRegistry:
     def __init__(self):
         self._entries: dict[str, _Entry] = {}
+        self._auto: list[str] = []  # most specific first
 
-    def register(self, name: str, factory: Factory, *, requires_draft_head: bool = False,
-                 decline_reason: str = "") -> None:
-        """decline_reason: what the operator reads when the factory returns None."""
+    def register(self, name: str, factory: Factory, *, drafter: Serves | None = None, decline_reason: str = "",
+                 auto_first: bool = False) -> None:
+        """drafter: for an algorithm that runs a drafter, whether a target carries one.
+        decline_reason: what the operator reads when it cannot serve. auto_first: `auto`
+        tries this one before those registered earlier."""
         if name in self._entries or name == "auto":
             raise ValueError(f"speculator {name!r} is already registered")
-        self._entries[name] = _Entry(factory, requires_draft_head, decline_reason)
+        self._entries[name] = _Entry(factory, drafter or (lambda target: True), drafter is not None, decline_reason)
+        self._auto.insert(0 if auto_first else len(self._auto), name)
 
     def names(self) -> list[str]:
         return ["auto", *self._entries]
 
-    def requires_draft_head(self, name: str) -> bool:
-        return self._entry(name).requires_draft_head
+    def needs_drafter(self, name: str) -> bool:
+        return self._entry(name).needs_drafter
 
     def resolve(self, name: str, target: Any) -> str:
-        """`auto` is the drafter the checkpoint carries or the operator attached, else ngram."""
+        """`auto` is the drafter the operator attached or the checkpoint carries, else ngram."""
         if name != "auto":
             self._entry(name)
             return name
-        return {DraftHeadKind.PER_TOKEN: "draft-head", DraftHeadKind.BLOCK: "block"}.get(
-            draft_head_kind(target), "ngram")
+        return next(n for n in self._auto if self._entries[n].serves(target))
 
     def create(self, name: str, target: Any, options: SpeculatorOptions) -> tuple[Speculator | None, str | None]:
         """(speculator, None), or (None, why it declined)."""
         name = self.resolve(name, target)
         entry = self._entry(name)
-        if entry.requires_draft_head and draft_head_kind(target) is DraftHeadKind.NONE:
-            return None, f"{name}: {entry.decline_reason}"
-        speculator = entry.factory(target, options)
+        speculator = entry.factory(target, options) if entry.serves(target) else None
         if speculator is None:
             return None, f"{name}: {entry.decline_reason}"
         return speculator, None
@@ -83,31 +83,25 @@ def _ngram(target: Any, options: SpeculatorOptions) -> Speculator:
     return NGramSpeculator(max_draft_tokens=options.max_draft_tokens or 64, min_draft_prob=options.min_draft_prob)
 
 
-def _draft_head(target: Any, options: SpeculatorOptions) -> Speculator | None:
-    import os
-
+def _draft_head(target: Any, options: SpeculatorOptions) -> Speculator:
     from ggspec.speculators.draft_head import DraftHeadSpeculator
 
-    if target.nextn_head is None:
-        return None
     return DraftHeadSpeculator(target.nextn_head, target.n_embd, max_draft_tokens=options.max_draft_tokens or 3,
-                               min_draft_prob=options.min_draft_prob,
-                               fold_catch_up=os.environ.get("GGSPEC_MTP_FOLD_CATCHUP", "1") != "0")
+                               min_draft_prob=options.min_draft_prob, fold_catch_up=options.fold_catch_up)
 
 
-def _block(target: Any, options: SpeculatorOptions) -> Speculator | None:
+def _block(target: Any, options: SpeculatorOptions) -> Speculator:
     from ggspec.speculators.block import BlockDraftSpeculator
 
-    if target.block_drafter is None:
-        return None
     return BlockDraftSpeculator(target.block_drafter, options.max_draft_tokens, options.min_draft_prob)
 
 
 registry = SpeculatorRegistry()
 registry.register("ngram", _ngram)
-registry.register("draft-head", _draft_head, requires_draft_head=True,
-                  decline_reason="no draft head: the model carries no MTP/NextN head")
-registry.register("block", _block, requires_draft_head=True,
-                  decline_reason="no block drafter: none was attached (--draft-model a DFlash GGUF)")
+registry.register("draft-head", _draft_head, drafter=lambda target: getattr(target, "nextn_head", None) is not None,
+                  decline_reason="no draft head: the model carries no MTP/NextN head", auto_first=True)
+registry.register("block", _block, drafter=lambda target: getattr(target, "block_drafter", None) is not None,
+                  decline_reason="no block drafter: none was attached (--draft-model a DFlash GGUF)",
+                  auto_first=True)
 
-__all__ = ["SpeculatorRegistry", "SpeculatorOptions", "registry", "draft_head_kind"]
+__all__ = ["SpeculatorRegistry", "SpeculatorOptions", "registry"]

@@ -1,0 +1,13 @@
+"""The errors ggspec raises on bad input. Both are ValueErrors; the C++ core
+raises these same classes (bindings.cpp translates its exceptions into them)."""
+
+
+class ModelFormatError(ValueError):
+    """A GGUF file that is corrupt, truncated, or not a model ggspec can run."""
+
+
+class ContextOverflowError(ValueError):
+    """A sequence that would run past the context the target was loaded with."""
+
+
+__all__ = ["ModelFormatError", "ContextOverflowError"]
