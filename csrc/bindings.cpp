@@ -127,6 +127,7 @@ py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_bloc
 // interpreter may be finalising when the last exception is raised).
 PyObject * g_model_format_error = nullptr;
 PyObject * g_context_overflow_error = nullptr;
+PyObject * g_allocation_error = nullptr;
 
 // A C++ message may carry bytes that are not UTF-8 (a name from a corrupt file):
 // decode with replacement, so the message always reaches Python.
@@ -143,8 +144,11 @@ void translate(std::exception_ptr p) {
         raise(g_model_format_error, e.what());
     } catch (const ContextOverflowError & e) {
         raise(g_context_overflow_error, e.what());
+    } catch (const AllocationError & e) {
+        raise(g_allocation_error, e.what());
     } catch (const std::bad_alloc &) {
-        PyErr_SetString(PyExc_MemoryError, "out of memory");
+        // a host allocation sized by the file or the options: a bad input, not the interpreter's memory
+        raise(g_allocation_error, "out of host memory for the sizes this file or these options ask for");
     } catch (const std::out_of_range & e) {
         raise(PyExc_IndexError, e.what());
     } catch (const std::overflow_error & e) {
@@ -172,8 +176,10 @@ PYBIND11_MODULE(_core, m) {
     py::module_ errors = py::module_::import("ggspec.errors");
     g_model_format_error = py::object(errors.attr("ModelFormatError")).release().ptr();
     g_context_overflow_error = py::object(errors.attr("ContextOverflowError")).release().ptr();
+    g_allocation_error = py::object(errors.attr("AllocationError")).release().ptr();
     m.attr("ModelFormatError") = errors.attr("ModelFormatError");
     m.attr("ContextOverflowError") = errors.attr("ContextOverflowError");
+    m.attr("AllocationError") = errors.attr("AllocationError");
     py::register_exception_translator(translate);
 
     py::class_<Target>(m, "Target")
@@ -198,7 +204,7 @@ PYBIND11_MODULE(_core, m) {
              }),
              py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0, py::arg("device") = "auto",
              py::arg("kv_type") = "f16", py::arg("prefill_chunk") = 512, py::arg("max_verify_rows") = 65,
-             py::arg("graph_budget_mb") = 1024.0, py::arg("row_kernels") = true,
+             py::arg("graph_budget_mb") = 0.0, py::arg("row_kernels") = true,
              py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
              py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0,

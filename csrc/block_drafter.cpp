@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "buffers.h"
 #include "errors.h"
 
 namespace ggspec {
@@ -19,6 +20,7 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
         throw ModelFormatError("'" + path + "' is not a DFlash drafter (general.architecture '" + arch + "')");
     }
     load_dflash(*file_, hp_, w_, d_, dw_);
+    file_->check_all_used("the DFlash drafter");
     d_.use_conv = use_conv;
     d_.use_selector = use_selector;
     bind_to(target, target_w);
@@ -89,6 +91,11 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
     hp_.n_vocab = target.n_vocab;
     if (!w_.output) w_.output = w_.tok_embd ? w_.tok_embd : target_w.output;
     if (!w_.tok_embd) w_.tok_embd = target_w.tok_embd;
+    if (d_.dflash2() && d_.selector_top_k > w_.output->ne[1]) {
+        throw ModelFormatError("drafter '" + path + "' keeps the top " + std::to_string(d_.selector_top_k) +
+                               " candidates (dflash.selector_top_k) of a head over only " +
+                               std::to_string(w_.output->ne[1]) + " tokens");
+    }
 }
 
 void BlockDrafter::reduce_codebooks(ggml_backend_dev_t dev) {
@@ -100,8 +107,8 @@ void BlockDrafter::reduce_codebooks(ggml_backend_dev_t dev) {
     for (int i = 0; i < 2; ++i) {
         out[i] = ggml_new_tensor_2d(codebook_ctx_.get(), GGML_TYPE_F32, rank, rows);
     }
-    codebook_buf_.reset(ggml_backend_alloc_ctx_tensors_from_buft(codebook_ctx_.get(), ggml_backend_dev_buffer_type(dev)));
-    if (!codebook_buf_) throw std::runtime_error("cannot allocate the drafter's reduced codebooks");
+    codebook_buf_.reset(allocate_tensors(codebook_ctx_.get(), ggml_backend_dev_buffer_type(dev),
+                                         "the drafter's reduced codebooks"));
     ggml_tensor * codebooks[2] = {dw_.predecessor, dw_.successor};
     for (int i = 0; i < 2; ++i) {
         const ggml_tensor * cb = codebooks[i];

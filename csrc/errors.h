@@ -15,4 +15,10 @@ struct ContextOverflowError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// A buffer the model needs could not be allocated: a context or model too large
+// for this machine (or a file that asks for absurd sizes).
+struct AllocationError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
 }  // namespace ggspec

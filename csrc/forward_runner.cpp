@@ -4,6 +4,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "buffers.h"
 #include "ggml-alloc.h"
 
 namespace ggspec {
@@ -104,9 +105,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
         }
     }
     cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
-    if (!ggml_gallocr_alloc_graph(cg->allocator, cg->graph)) {
-        throw std::runtime_error("cannot allocate a forward graph of " + std::to_string(n) + " rows on " + device_name());
-    }
+    allocate_graph(cg->allocator, cg->graph, "a forward graph of " + std::to_string(n) + " rows on " + device_name());
     return cg;
 }
 

@@ -25,6 +25,16 @@ void require_positive(const std::string & key, int64_t v) {
 
 }  // namespace
 
+// Checked here, before ggml's asserts (an abort) or NaN logits can see them.
+float finite_float(const ModelFile & f, const std::string & key, double fallback, double min, bool min_allowed) {
+    const double v = f.get_float(key, fallback);
+    if (!std::isfinite((float) v) || v < min || (v == min && !min_allowed)) {
+        throw ModelFormatError("GGUF key '" + key + "' is " + std::to_string(v) + " in '" + f.path() +
+                               "'; it must be a finite number " + (min_allowed ? ">= " : "> ") + std::to_string(min));
+    }
+    return (float) v;
+}
+
 Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
     Hparams hp;
     hp.arch = arch;
@@ -58,10 +68,29 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
         throw ModelFormatError("rope.dimension_count " + std::to_string(hp.n_rot) + " does not fit head size " +
                                std::to_string(hp.head_dim));
     }
-    hp.rms_eps = (float) f.get_float(hp.key("attention.layer_norm_rms_epsilon"), 1e-5);
-    hp.rope_base = (float) f.get_float(hp.key("rope.freq_base"), 10000.0);
-    const double rope_factor = f.get_float(hp.key("rope.scaling.factor"), 0.0);
-    hp.rope_freq_scale = rope_factor == 0.0 ? 1.0f : (float) (1.0 / rope_factor);
+    hp.rms_eps = finite_float(f, hp.key("attention.layer_norm_rms_epsilon"), 1e-5, 0.0, true);
+    hp.rope_base = finite_float(f, hp.key("rope.freq_base"), 10000.0, 0.0, false);
+    // As llama.cpp: the type defaults to linear, whose freq_scale is 1 / rope.scaling.factor
+    // (or the old rope.scale_linear; 0: none); "none" never scales.
+    const std::string scaling_key = hp.key("rope.scaling.type");
+    const std::string scaling = f.has_key(scaling_key) ? f.get_str(scaling_key) : "linear";
+    if (scaling != "none" && scaling != "linear") {
+        throw ModelFormatError("'" + f.path() + "' uses RoPE scaling '" + scaling + "' (" + scaling_key +
+                               "), which ggspec does not run yet (supported: none, linear)");
+    }
+    const std::string factor_key = f.has_key(hp.key("rope.scaling.factor")) ? hp.key("rope.scaling.factor")
+                                                                            : hp.key("rope.scale_linear");
+    const double rope_factor = finite_float(f, factor_key, 0.0, 0.0, true);
+    hp.rope_freq_scale = rope_factor == 0.0 || scaling == "none" ? 1.0f : (float) (1.0 / rope_factor);
+    if (finite_float(f, hp.key("rope.scaling.attn_factor"), 1.0, 0.0, false) != 1.0f) {
+        throw ModelFormatError("'" + f.path() + "' sets '" + hp.key("rope.scaling.attn_factor") +
+                               "', which ggspec does not run yet");
+    }
+    if (f.get_int(hp.key("expert_count"), 0) > 0) {
+        throw ModelFormatError("'" + f.path() + "' is a mixture of experts (" + hp.key("expert_count") + " " +
+                               std::to_string(f.get_int(hp.key("expert_count"))) +
+                               "), which ggspec does not run yet for " + arch);
+    }
     hp.kq_scale = 1.0f / std::sqrt((float) hp.head_dim);
     hp.is_swa.assign(hp.n_layer, false);
     // A drafter may borrow its target's embeddings: then its loader sets n_vocab.

@@ -99,9 +99,14 @@ struct ModelWeights {
     ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;  // the LM head; token_embd when tied
+    ggml_tensor * rope_freqs = nullptr;  // per-pair RoPE frequency factors [n_rot / 2] (Llama 3.1+), or none
     std::vector<LayerWeights> layers;
     NextnWeights nextn;  // a draft head's; unset in a trunk
 };
+
+// A float key that must be finite and >= min (or > min when !min_allowed): a
+// ModelFormatError naming it otherwise.
+float finite_float(const ModelFile & file, const std::string & key, double fallback, double min, bool min_allowed);
 
 // The keys every supported architecture shares; the architecture's own
 // loader adds what is particular to it.

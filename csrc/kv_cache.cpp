@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "buffers.h"
+
 namespace ggspec {
 
 SlotMap::SlotMap(int64_t n_slots, bool ring, int64_t window)
@@ -69,10 +71,12 @@ KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int6
         ggml_format_name(k_[il], "cache_k_l%d", (int) il);
         ggml_format_name(v_[il], "cache_v_l%d", (int) il);
     }
-    buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(ctx_, ggml_backend_dev_buffer_type(dev));
-    if (!buffer_) {
+    try {
+        buffer_ = allocate_tensors(ctx_, ggml_backend_dev_buffer_type(dev),
+                                   "the KV cache of a " + std::to_string(n_ctx) + "-position context (lower -c/n_ctx)");
+    } catch (...) {
         ggml_free(ctx_);
-        throw std::runtime_error("cannot allocate the KV cache for a context of " + std::to_string(n_ctx));
+        throw;
     }
     // Masked slots are multiplied by zero weights: they must hold finite values.
     ggml_backend_buffer_clear(buffer_, 0);

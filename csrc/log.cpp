@@ -22,11 +22,11 @@ void route(ggml_log_level level, const char * text, void *) {
 
 void install_ggml_log() { ggml_log_set(route, nullptr); }
 
-LogCapture::LogCapture() { g_capture = new std::string(); }
+LogCapture::LogCapture() : outer_(g_capture) { g_capture = new std::string(); }
 
 LogCapture::~LogCapture() {
     delete g_capture;
-    g_capture = nullptr;
+    g_capture = outer_;
 }
 
 std::string LogCapture::text() const {

@@ -8,12 +8,18 @@ namespace ggspec {
 
 void install_ggml_log();
 
-// Collects ggml's log lines for as long as it lives.
+// Collects ggml's log lines for as long as it lives (an inner capture hides its
+// lines from an outer one and hands it back on destruction).
 class LogCapture {
 public:
     LogCapture();
     ~LogCapture();
+    LogCapture(const LogCapture &) = delete;
+    LogCapture & operator=(const LogCapture &) = delete;
     std::string text() const;
+
+private:
+    std::string * outer_;
 };
 
 }  // namespace ggspec

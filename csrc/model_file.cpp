@@ -5,8 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
+#include "buffers.h"
 #include "errors.h"
 #include "ggml-cpu.h"
 #include "log.h"
@@ -187,7 +190,59 @@ std::vector<std::string> ModelFile::tensor_names() const {
     return names;
 }
 
-ggml_tensor * ModelFile::tensor_or_null(const std::string & name, std::vector<int64_t> ne) const {
+bool is_supported_weight_type(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+        case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+        case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ3_XXS: case GGML_TYPE_IQ3_S:
+        case GGML_TYPE_IQ4_NL: case GGML_TYPE_IQ4_XS:
+            return ggml_get_type_traits_cpu(type)->vec_dot != nullptr;
+        default:
+            return false;
+    }
+}
+
+namespace {
+
+void check_role(const ggml_tensor * t, TensorRole role, const std::string & path) {
+    if (role == TensorRole::inferred) role = ggml_n_dims(t) == 1 ? TensorRole::vector : TensorRole::matrix;
+    std::string type = ggml_type_name(t->type);
+    for (char & c : type) c = (char) std::toupper((unsigned char) c);  // as GGUF tools write it: F16, Q4_K
+    if (role == TensorRole::vector && t->type != GGML_TYPE_F32) {
+        throw ModelFormatError("tensor '" + std::string(t->name) + "' in '" + path + "' is " + type +
+                               "; a norm, bias or per-channel parameter must be F32");
+    }
+    if (role == TensorRole::matrix && !is_supported_weight_type(t->type)) {
+        throw ModelFormatError("tensor '" + std::string(t->name) + "' in '" + path + "' is stored as " + type +
+                               ", a weight type ggspec does not run (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, "
+                               "Q8_0, Q2_K-Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS)");
+    }
+}
+
+// Pieces llama.cpp computes with and ggspec does not yet: named, so a refusal says what it is.
+const char * known_unsupported(const std::string & name) {
+    if (name == "rope_freqs.weight") return "RoPE frequency factors (Llama 3.1 and later)";
+    if (name == "rope_factors_long.weight" || name == "rope_factors_short.weight") return "LongRoPE factors (phi3)";
+    if (name.find(".attn_sinks") != std::string::npos) return "attention sinks";
+    if (name.find(".bias") != std::string::npos) return "a bias";
+    return nullptr;
+}
+
+}  // namespace
+
+void ModelFile::check_all_used(const std::string & what) const {
+    for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+        const std::string name = t->name;
+        if (std::find(used_.begin(), used_.end(), name) != used_.end()) continue;
+        const char * piece = known_unsupported(name);
+        throw ModelFormatError("'" + path_ + "' holds the tensor '" + name + "'" +
+                               (piece ? std::string(" (") + piece + ")" : std::string()) + ", which " + what +
+                               " does not use: ggspec would compute something other than the file describes");
+    }
+}
+
+ggml_tensor * ModelFile::tensor_or_null(const std::string & name, std::vector<int64_t> ne, TensorRole role) const {
     ggml_tensor * t = ggml_get_tensor(meta_, name.c_str());
     if (!t) return nullptr;
     bool ok = ne.size() <= GGML_MAX_DIMS;
@@ -200,11 +255,13 @@ ggml_tensor * ModelFile::tensor_or_null(const std::string & name, std::vector<in
                                shape_str(t->ne, ggml_n_dims(t)) + ", expected " +
                                shape_str(ne.data(), (int) ne.size()));
     }
+    check_role(t, role, path_);
+    if (std::find(used_.begin(), used_.end(), name) == used_.end()) used_.push_back(name);
     return t;
 }
 
-ggml_tensor * ModelFile::tensor(const std::string & name, std::vector<int64_t> ne) const {
-    ggml_tensor * t = tensor_or_null(name, ne);
+ggml_tensor * ModelFile::tensor(const std::string & name, std::vector<int64_t> ne, TensorRole role) const {
+    ggml_tensor * t = tensor_or_null(name, ne, role);
     if (!t) throw ModelFormatError("GGUF '" + path_ + "' lacks the tensor '" + name + "'");
     return t;
 }
@@ -224,8 +281,7 @@ void ModelFile::bind(ggml_backend_dev_t dev) {
         }
         return;
     }
-    buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(meta_, ggml_backend_dev_buffer_type(dev));
-    if (!buffer_) throw std::runtime_error("cannot allocate device memory for the weights of '" + path_ + "'");
+    buffer_ = allocate_tensors(meta_, ggml_backend_dev_buffer_type(dev), "the weights of '" + path_ + "'");
     ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
         const int64_t id = gguf_find_tensor(gguf_, ggml_get_name(t));

@@ -13,6 +13,14 @@
 
 namespace ggspec {
 
+// What a tensor is used as, which decides the types ggspec can compute with it.
+enum class TensorRole {
+    inferred,  // 1-D: vector; otherwise matrix
+    matrix,    // a weight multiplied (or embedded) row by row: a type ggml has a dot product for
+    vector,    // a norm, bias or per-channel parameter, combined elementwise: F32
+    table,     // an integer lookup table read on the host (d2t): the caller checks its type
+};
+
 class ModelFile {
 public:
     explicit ModelFile(const std::string & path);
@@ -31,12 +39,18 @@ public:
     bool is_array(const std::string & key) const;
     size_t array_size(const std::string & key) const;  // 0 when absent or not an array
 
-    // A tensor's metadata (data not yet bound). Throws naming the tensor when
-    // it is missing or its shape differs from `ne` (trailing 1s may be omitted).
-    ggml_tensor * tensor(const std::string & name, std::vector<int64_t> ne) const;
-    ggml_tensor * tensor_or_null(const std::string & name, std::vector<int64_t> ne) const;
-    ggml_tensor * find_tensor(const std::string & name) const;  // any shape, or null
+    // A tensor's metadata (data not yet bound), which the caller now uses. Throws
+    // naming the tensor when it is missing, its shape differs from `ne` (trailing 1s
+    // may be omitted) or its type cannot serve `role`.
+    ggml_tensor * tensor(const std::string & name, std::vector<int64_t> ne,
+                         TensorRole role = TensorRole::inferred) const;
+    ggml_tensor * tensor_or_null(const std::string & name, std::vector<int64_t> ne,
+                                 TensorRole role = TensorRole::inferred) const;
+    ggml_tensor * find_tensor(const std::string & name) const;  // any shape, or null; not a use
     std::vector<std::string> tensor_names() const;
+    // After loading: every tensor of the file was used, or the file holds a piece
+    // ggspec would silently skip (computing something other than llama.cpp does).
+    void check_all_used(const std::string & what) const;
 
     // Binds every tensor to memory of `dev`: the mmap itself for host
     // devices, an uploaded copy otherwise. Call once, after the lookups.
@@ -56,6 +70,10 @@ private:
     void * map_ = nullptr;
     size_t file_size_ = 0;
     ggml_backend_buffer_t buffer_ = nullptr;
+    mutable std::vector<std::string> used_;  // names handed out by tensor()/tensor_or_null()
 };
+
+// The weight types a matrix may be stored in (ggml computes each with a row-invariant dot product).
+bool is_supported_weight_type(ggml_type type);
 
 }  // namespace ggspec

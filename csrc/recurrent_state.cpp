@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "buffers.h"
+
 namespace ggspec {
 
 RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp) : hp_(hp) {
@@ -20,10 +22,11 @@ RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp) : hp_
         ggml_format_name(conv_[il], "conv_state_l%d", (int) il);
         ggml_format_name(ssm_[il], "ssm_state_l%d", (int) il);
     }
-    buffer_ = ggml_backend_alloc_ctx_tensors_from_buft(ctx_, ggml_backend_dev_buffer_type(dev));
-    if (!buffer_) {
+    try {
+        buffer_ = allocate_tensors(ctx_, ggml_backend_dev_buffer_type(dev), "the recurrent state");
+    } catch (...) {
         ggml_free(ctx_);
-        throw std::runtime_error("cannot allocate the recurrent state");
+        throw;
     }
     clear();
 }
@@ -105,7 +108,7 @@ StateCommitGraph::StateCommitGraph(ggml_backend_t backend, const RecurrentState 
         ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.conv, rs.conv(src.il)));
     }
     allocator_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
-    if (!ggml_gallocr_alloc_graph(allocator_, graph_)) throw std::runtime_error("cannot allocate a state commit graph");
+    allocate_graph(allocator_, graph_, "a state commit graph");
 }
 
 StateCommitGraph::~StateCommitGraph() {

@@ -53,6 +53,12 @@ Target::Rollback rollback_from_name(const std::string & name) {
 
 void ThreadpoolDeleter::operator()(ggml_threadpool * p) const { ggml_threadpool_free(p); }
 
+static size_t auto_graph_budget(size_t weight_bytes) {
+    // A graph's working memory grows with the model (its widths and vocabulary), so
+    // the cache may hold about the weights' size: a small model's process stays small.
+    return std::clamp(weight_bytes, size_t(256) << 20, size_t(1) << 30);
+}
+
 Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) {
     install_ggml_log();
     if (opt.n_ctx <= 0) throw std::invalid_argument("n_ctx must be positive, got " + std::to_string(opt.n_ctx));
@@ -75,6 +81,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     }
     arch_->load(*file_, hp_, w_);
     file_->bind(dev_);
+    if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
 
     backend_.reset(ggml_backend_dev_init(dev_, nullptr));
     if (!backend_) throw std::runtime_error("cannot initialise device " + device_name());
@@ -100,10 +107,11 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     }
     runner_ = std::make_unique<GraphRunner>(
         backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk}, row_kernels_,
-        opt.graph_budget_bytes);
+        opt_.graph_budget_bytes);
     if (hp_.n_nextn > 0 && arch_->load_nextn) {
         head_ = std::make_unique<DraftHead>(dev_, backend_.get(), *file_, *arch_, hp_, w_, drafter_options());
     }
+    file_->check_all_used("ggspec's " + arch_name + " graph");
 }
 
 DrafterOptions Target::drafter_options() const {
@@ -283,9 +291,10 @@ std::vector<uint8_t> quantize_rows(const std::string & type_name, const float * 
         throw std::invalid_argument(type_name + " needs rows of a multiple of " + std::to_string(ggml_blck_size(type)) +
                                     " values, got " + std::to_string(n_per_row));
     }
-    if (ggml_quantize_requires_imatrix(type)) throw std::invalid_argument(type_name + " needs an importance matrix");
+    // IQ2_XXS and IQ2_XS quantize only with an importance matrix: give every column the same weight
+    const std::vector<float> uniform(ggml_quantize_requires_imatrix(type) ? (size_t) n_per_row : 0, 1.0f);
     std::vector<uint8_t> out(ggml_row_size(type, n_per_row) * rows);
-    ggml_quantize_chunk(type, data, out.data(), 0, rows, n_per_row, nullptr);
+    ggml_quantize_chunk(type, data, out.data(), 0, rows, n_per_row, uniform.empty() ? nullptr : uniform.data());
     return out;
 }
 

@@ -33,7 +33,7 @@ struct TargetOptions {
     std::string kv_type = "f16";
     int64_t prefill_chunk = 512;
     int64_t max_verify_rows = 65;      // sizes the sliding-window ring
-    size_t graph_budget_bytes = size_t(1) << 30;
+    size_t graph_budget_bytes = 0;  // 0: scaled to the weights (auto_graph_budget)
     bool row_kernels = true;           // ggspec's multi-row CPU kernels where they give ggml's bits
     // How a recurrent trunk rolls back a partly accepted verify:
     //   "snapshots":      the verify keeps the state after every row; the kept

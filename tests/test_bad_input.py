@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFWriter
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
 from tests.conftest import run_isolated
 
@@ -30,22 +30,42 @@ def expect_error(load_code: str, error: str, *fragments: str) -> None:
         assert fragment in out, out
 
 
-def copy_gguf(src: str, dst: Path, *, drop: tuple[str, ...] = (), arch: str | None = None) -> str:
-    """Rewrites a GGUF with tensors dropped or general.architecture replaced."""
+def copy_gguf(src: str, dst: Path, *, drop: tuple[str, ...] = (), arch: str | None = None,
+              tensors: dict | None = None, keys: dict | None = None) -> str:
+    """Rewrites a GGUF with tensors dropped, replaced or added (tensors: name → array),
+    keys replaced, added or removed (keys: name → (value, GGUFValueType), or None), or
+    general.architecture replaced."""
     reader = GGUFReader(src)
     old_arch = str(bytes(reader.fields["general.architecture"].parts[-1]), "utf-8")
     writer = GGUFWriter(str(dst), arch or old_arch)
+    keys = dict(keys or {})
     for field in reader.fields.values():
         if field.name.startswith("GGUF.") or field.name in ("general.architecture",):
+            continue
+        name = field.name.replace(old_arch + ".", (arch or old_arch) + ".")
+        if name in keys:
             continue
         value = field.contents()
         vtype = field.types[0]
         sub = field.types[-1] if len(field.types) > 1 else None
-        writer.add_key_value(field.name.replace(old_arch + ".", (arch or old_arch) + "."), value, vtype, sub_type=sub)
+        writer.add_key_value(name, value, vtype, sub_type=sub)
+    for name, typed in keys.items():
+        if typed is not None:
+            value, vtype = typed
+            sub = None
+            if vtype == GGUFValueType.ARRAY:
+                sub = GGUFValueType.STRING if isinstance(value[0], str) else GGUFValueType.INT32
+            writer.add_key_value(name, value, vtype, sub_type=sub)
+    replaced = dict(tensors or {})
     for t in reader.tensors:
         if t.name in drop:
             continue
+        if t.name in replaced:
+            writer.add_tensor(t.name, replaced.pop(t.name))
+            continue
         writer.add_tensor(t.name, np.asarray(t.data), raw_shape=list(reversed(t.shape.tolist())), raw_dtype=t.tensor_type)
+    for name, array in replaced.items():
+        writer.add_tensor(name, array)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

@@ -52,7 +52,9 @@ def check_every_window(target, prompt, seq, taps=()):
             assert_bits_equal(r.hidden, ref_hidden[:k], f"hidden taps of a {k}-row verify")
 
 
-@pytest.mark.parametrize("dtype", ["f32", "f16", "q8_0", "q5_0", "q4_0", "q4_1", "q4_k"])
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16", "q8_0", "q5_0", "q5_1", "q4_0", "q4_1", "q2_k", "q3_k",
+                                   "q4_k", "q5_k", "q6_k", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq3_s", "iq4_nl",
+                                   "iq4_xs"])
 @pytest.mark.parametrize("arch", TARGET_ARCHS)
 def test_tiny_verify_rows_match_one_row_steps(tiny_model, arch, dtype):
     # With 64-row prefill chunks gemma3's sliding-window layers keep a ring of

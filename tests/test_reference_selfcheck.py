@@ -121,7 +121,7 @@ def test_fixture_rejects_impossible_shapes(tmp_path):
     with pytest.raises(ValueError, match="n_head_kv"):
         write_tiny_model(tmp_path / "m.gguf", "llama", n_head=4, n_head_kv=3)
     with pytest.raises(ValueError, match="unsupported dtype"):
-        write_tiny_model(tmp_path / "m.gguf", "llama", dtype="q5_1")
+        write_tiny_model(tmp_path / "m.gguf", "llama", dtype="iq1_s")
 
 
 # Relative RMS error of each stored matrix against its float32 source.

@@ -70,14 +70,14 @@ void load_dflash2(const ModelFile & f, const Hparams & hp, DFlashParams & d, DFl
         throw ModelFormatError("'" + hp.key("conv_group_size") + "' " + std::to_string(d.conv_group) +
                                " does not divide the width " + std::to_string(e));
     }
-    d.logit_scale = (float) f.get_float(hp.key("logit_scale"), 0.0);
-    d.final_softcap = (float) f.get_float(hp.key("final_logit_softcapping"), 0.0);
+    d.logit_scale = finite_float(f, hp.key("logit_scale"), 0.0, 0.0, true);
+    d.final_softcap = finite_float(f, hp.key("final_logit_softcapping"), 0.0, 0.0, true);
     const int64_t k = d.conv_kernel, groups = e / d.conv_group;
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         const std::string p = "blk." + std::to_string(il) + ".";
-        dw.attn_conv.push_back({f.tensor(p + "attn_conv_base", {e, k, 2}),
+        dw.attn_conv.push_back({f.tensor(p + "attn_conv_base", {e, k, 2}, TensorRole::vector),
                                 f.tensor(p + "attn_conv_proj.weight", {e, 2 * k * groups})});
-        dw.ffn_conv.push_back({f.tensor(p + "ffn_conv_base", {e, k, 2}),
+        dw.ffn_conv.push_back({f.tensor(p + "ffn_conv_base", {e, k, 2}, TensorRole::vector),
                                f.tensor(p + "ffn_conv_proj.weight", {e, 2 * k * groups})});
     }
     dw.hidden_proj = f.tensor("selector_hidden.weight", {e, d.selector_rank});
@@ -98,9 +98,9 @@ void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashPara
     }
     refuse_unsupported(f, hp);
     hp.rope_type = GGML_ROPE_TYPE_NEOX;
-    const float kq_scale = (float) f.get_float(hp.key("attention.scale"), 0.0);
+    const float kq_scale = finite_float(f, hp.key("attention.scale"), 0.0, 0.0, true);
     if (kq_scale != 0.0f) hp.kq_scale = kq_scale;
-    const float embd_scale = (float) f.get_float(hp.key("embedding_scale"), 0.0);
+    const float embd_scale = finite_float(f, hp.key("embedding_scale"), 0.0, 0.0, true);
     if (embd_scale != 0.0f) hp.embd_scale = embd_scale;
     read_sliding_window(f, hp);
 
@@ -114,7 +114,7 @@ void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashPara
         throw ModelFormatError("drafter '" + f.path() + "' names no mask token (tokenizer.ggml.mask_token_id)");
     }
     d.mask_token = (int32_t) f.get_int("tokenizer.ggml.mask_token_id");
-    d.value_scale = (float) f.get_float(hp.key("attention.value_scale"), 0.0);
+    d.value_scale = finite_float(f, hp.key("attention.value_scale"), 0.0, 0.0, true);
     d.causal = f.get_int(hp.key("attention.causal"), 0) != 0;
     if (f.has_key(hp.key("hidden_activation"))) {
         const std::string act = f.get_str(hp.key("hidden_activation"));
@@ -134,7 +134,7 @@ void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashPara
     // a reduced vocabulary: row r of the drafter's own head drafts target token d2t[r]
     if (f.find_tensor("d2t")) {
         if (!output) throw ModelFormatError("drafter '" + f.path() + "' has 'd2t' but no head of its own ('output.weight')");
-        dw.d2t = f.tensor("d2t", {output->ne[1]});
+        dw.d2t = f.tensor("d2t", {output->ne[1]}, TensorRole::table);
         if (dw.d2t->type != GGML_TYPE_I64) throw ModelFormatError("'d2t' in '" + f.path() + "' must be I64");
     }
 

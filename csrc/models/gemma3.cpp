@@ -28,10 +28,10 @@ static void load_gemma3(const ModelFile & file, Hparams & hp, ModelWeights & w) 
             const int64_t period = file.get_int(pattern_key, 6);
             for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_swa[il] = period == 0 || il % period < period - 1;
         }
-        hp.rope_base_swa = (float) file.get_float(hp.key("rope.freq_base_swa"), 10000.0);
+        hp.rope_base_swa = finite_float(file, hp.key("rope.freq_base_swa"), 10000.0, 0.0, false);
         hp.rope_freq_scale_swa = 1.0f;
     }
-    hp.final_softcap = (float) file.get_float(hp.key("final_logit_softcapping"), 0.0);
+    hp.final_softcap = finite_float(file, hp.key("final_logit_softcapping"), 0.0, 0.0, true);
     // The 27B scales queries by n_embd / n_head; every other size by the head size.
     const float q_dim = hp.n_layer == 62 ? (float) (hp.n_embd / hp.n_head) : (float) hp.head_dim;
     hp.q_scale = 1.0f / std::sqrt(q_dim);

@@ -4,6 +4,8 @@
 // multi-section RoPE (IMROPE) on the first n_rot dims. Norm weights are stored
 // with llama.cpp's +1 folded in. block_count counts the NextN (MTP) blocks
 // stored after the trunk; the trunk's layers are the ones before them.
+#include <algorithm>
+
 #include "errors.h"
 #include "model_file.h"
 #include "models/delta_net.h"
@@ -65,7 +67,8 @@ void bind_qwen35_layers(const ModelFile & f, const Hparams & hp, ModelWeights & 
             const int64_t hv = hp.ssm_v_heads;
             l.ssm_in = f.tensor(p + "attn_qkv.weight", {e, hp.ssm_conv_channels()});
             l.ssm_z = f.tensor(p + "attn_gate.weight", {e, hp.ssm_v_dim()});
-            l.ssm_conv1d = f.tensor(p + "ssm_conv1d.weight", {hp.ssm_conv_kernel, hp.ssm_conv_channels()});
+            l.ssm_conv1d = f.tensor(p + "ssm_conv1d.weight", {hp.ssm_conv_kernel, hp.ssm_conv_channels()},
+                                     TensorRole::vector);  // ggml_ssm_conv takes F32
             l.ssm_dt = f.tensor(p + "ssm_dt.bias", {hv});
             l.ssm_a = f.tensor(p + "ssm_a", {hv});
             l.ssm_beta = f.tensor(p + "ssm_beta.weight", {e, hv});
@@ -100,10 +103,22 @@ void load_qwen35(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     const std::vector<int64_t> sections = file.has_key(sections_key) ? file.get_int_array(sections_key)
                                                                      : std::vector<int64_t>{};
     if (sections.size() != 4) throw ModelFormatError("'" + sections_key + "' must be an array of 4 section sizes");
+    int64_t pairs = 0;
+    for (int64_t s : sections) pairs += s < 0 ? hp.n_rot : s;  // a negative section fails below
+    if (pairs <= 0 || pairs > hp.n_rot / 2) {
+        throw ModelFormatError("'" + sections_key + "' must split at most the " + std::to_string(hp.n_rot / 2) +
+                               " rotated pairs (rope.dimension_count / 2) into non-negative sections, got [" +
+                               std::to_string(sections[0]) + ", " + std::to_string(sections[1]) + ", " +
+                               std::to_string(sections[2]) + ", " + std::to_string(sections[3]) + "]");
+    }
     for (int i = 0; i < 4; ++i) hp.rope_sections[i] = (int) sections[i];
     hp.n_pos_per_token = 4;  // time, height, width, extra: text uses (p, p, p, 0)
     hp.rope_type = GGML_ROPE_TYPE_IMROPE;
     read_layer_kinds(file, hp, block_count);
+    if (std::find(hp.is_recurrent.begin(), hp.is_recurrent.end(), false) == hp.is_recurrent.end()) {
+        throw ModelFormatError("'" + file.path() + "' has no full-attention layer among its " +
+                               std::to_string(hp.n_layer) + " (every layer is recurrent); ggspec needs one");
+    }
     read_delta_net_hparams(file, hp);
     bind_embeddings(file, hp, w);
     bind_qwen35_layers(file, hp, w);

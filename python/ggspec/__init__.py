@@ -3,6 +3,7 @@
 from ggspec.engine.engine import Engine
 from ggspec.engine.sampling import SamplerConfig
 from ggspec.engine.stream import Generation, GenerationStream
+from ggspec.errors import AllocationError
 from ggspec.generation import generate, stream
 from ggspec.model import Model
 from ggspec.native.target import ContextOverflowError, ForwardResult, ModelFormatError, Target, load
@@ -12,5 +13,5 @@ from ggspec.text.chat import ChatTemplateError
 
 __all__ = ["load", "Target", "ForwardResult", "Model", "Engine", "generate", "stream", "Session", "Generation",
            "GenerationStream", "SamplerConfig", "SpecOptions", "ModelFormatError", "ContextOverflowError",
-           "ChatTemplateError"]
+           "ChatTemplateError", "AllocationError"]
 __version__ = "0.1.0"

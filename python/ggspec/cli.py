@@ -1,4 +1,4 @@
-"""The `ggspec` command line: `ggspec generate -p "..."`.
+"""The `ggspec` command line: `ggspec generate -p "..."`, `ggspec info MODEL`.
 
 Bad input (a missing model, a file that is not GGUF, --chat without a template,
 a prompt longer than the context, a bad flag) prints one line and exits non-zero.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 from ggspec.engine.sampling import SamplerConfig
 from ggspec.environment import target_options_from
@@ -68,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (text, tokens, prompt_tokens, stats) instead of streaming")
     add_spec_arguments(g)
+    i = commands.add_parser("info", help="what a GGUF file is and what ggspec can do with it",
+                            description="Architecture, layers, context, tokenizer, quantization mix, drafters, "
+                                        "the --spec-type values that can serve it, and what ggspec refuses in it.")
+    i.add_argument("model", metavar="MODEL", help="a GGUF file")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -76,10 +82,14 @@ def _read_prompt(args) -> str:
         return args.prompt
     if args.file is None:
         raise ValueError("no prompt: give -p TEXT or -f FILE")
-    if args.file == "-":
-        return sys.stdin.read()
-    with open(args.file, encoding="utf-8") as f:
-        return f.read()
+    try:
+        if args.file == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
+        with open(args.file, encoding="utf-8") as f:
+            return f.read()
+    except UnicodeDecodeError as e:
+        name = "standard input" if args.file == "-" else args.file
+        raise ValueError(f"the prompt file {name} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def _generate(args) -> None:
@@ -115,6 +125,13 @@ def _print(run, as_json: bool) -> None:
     print(_stats_line(run.result.stats), file=sys.stderr)
 
 
+def _info(args) -> None:
+    from ggspec.info import format_info, model_info
+
+    info = model_info(args.model)
+    print(json.dumps(info, ensure_ascii=False) if args.json else format_info(info))
+
+
 def _stats_line(s: dict) -> str:
     line = (f"ggspec: prompt {s['prompt_tokens']} tokens at {s['prompt_tokens_per_second']:.1f} tok/s, "
             f"generated {s['gen_tokens']} at {s['gen_tokens_per_second']:.1f} tok/s, "
@@ -131,9 +148,12 @@ def _stats_line(s: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = lambda message, *_, **__: f"ggspec: warning: {message}\n"
     try:
         if args.command == "generate":
             _generate(args)
+        elif args.command == "info":
+            _info(args)
     except (ValueError, OSError) as e:  # the library's errors on bad input: one line, no traceback
         message = " ".join(str(e).split())
         print(f"ggspec: error: {message}", file=sys.stderr)

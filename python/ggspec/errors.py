@@ -1,4 +1,4 @@
-"""The errors ggspec raises on bad input. Both are ValueErrors; the C++ core
+"""The errors ggspec raises on bad input. All are ValueErrors; the C++ core
 raises these same classes (bindings.cpp translates its exceptions into them)."""
 
 
@@ -10,4 +10,9 @@ class ContextOverflowError(ValueError):
     """A sequence that would run past the context the target was loaded with."""
 
 
-__all__ = ["ModelFormatError", "ContextOverflowError"]
+class AllocationError(ValueError):
+    """Memory the model needs could not be allocated: a context or model too large for
+    this machine, or a file that asks for absurd sizes."""
+
+
+__all__ = ["ModelFormatError", "ContextOverflowError", "AllocationError"]

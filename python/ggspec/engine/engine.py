@@ -11,13 +11,11 @@ import time
 import weakref
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.planner import SpeculationPlan, check_draft_model, plan_speculation
 from ggspec.engine.sampling import Sampler, SamplerConfig, random_seed
 from ggspec.engine.stream import Generation, GenerationStream, Request
-from ggspec.native.target import ContextOverflowError
+from ggspec.native.target import ContextOverflowError, token_array
 from ggspec.speculators.options import SpecOptions
 from ggspec.text import StreamDecoder
 
@@ -71,7 +69,7 @@ class Engine:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
         model = self.model
-        ids = model.encode_prompt(prompt) if isinstance(prompt, str) else token_ids(prompt, model.target.n_vocab)
+        ids = model.encode_prompt(prompt) if isinstance(prompt, str) else token_array(prompt, model.target.n_vocab).tolist()
         check_prompt(model, ids)
         sampler = Sampler(SamplerConfig(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                         seed=random_seed() if seed is None else seed), model.target.n_vocab)
@@ -238,18 +236,6 @@ class _Clock:
         }
 
 
-def token_ids(tokens: Sequence[int], n_vocab: int) -> list[int]:
-    """Token ids as a list of ints, each in [0, n_vocab); anything else is a ValueError naming it."""
-    array = np.asarray(tokens)
-    if array.ndim != 1 or not (array.size == 0 or np.issubdtype(array.dtype, np.integer)):
-        raise ValueError(f"token ids must be a flat sequence of integers, got {array.dtype} of shape {array.shape}")
-    ids = [int(t) for t in array]
-    bad = [t for t in ids if not 0 <= t < n_vocab]
-    if bad:
-        raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {n_vocab})")
-    return ids
-
-
 def check_prompt(model, prompt_ids: list[int]) -> None:
     if not prompt_ids:
         raise ValueError("the prompt is empty (it tokenizes to no tokens and the model adds no BOS)")
@@ -268,4 +254,4 @@ def spec_options(spec: bool | str | SpecOptions) -> SpecOptions:
     raise TypeError(f"spec must be a bool, a speculator name or SpecOptions, not {type(spec).__name__}")
 
 
-__all__ = ["Engine", "Spec", "run_request", "check_prompt", "spec_options", "token_ids"]
+__all__ = ["Engine", "Spec", "run_request", "check_prompt", "spec_options"]

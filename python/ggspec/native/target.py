@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -36,9 +37,41 @@ class ForwardResult:
     hidden: np.ndarray | None
 
 
+def token_array(tokens: Sequence[int] | np.ndarray, n_vocab: int) -> np.ndarray:
+    """Token ids as int32, exactly: a float, a wrong shape or an id outside [0, n_vocab)
+    is a ValueError naming it (never wrapped, truncated or clipped)."""
+    array = np.asarray(tokens)
+    if array.ndim != 1:
+        raise ValueError(f"token ids must be a flat sequence, got an array of shape {array.shape}")
+    if array.size and not (np.issubdtype(array.dtype, np.integer) or array.dtype == object):
+        raise ValueError(f"token ids must be integers, got {array.dtype} values such as {array.flat[0]!r}")
+    ids = [_index("token id", t) for t in array.tolist()] if array.dtype == object else array
+    ids = np.asarray(ids, dtype=np.int64)
+    bad = np.flatnonzero((ids < 0) | (ids >= n_vocab))
+    if bad.size:
+        raise ValueError(f"token id {int(ids[bad[0]])} (at index {int(bad[0])}) is outside the vocabulary "
+                         f"[0, {n_vocab})")
+    return ids.astype(np.int32)
+
+
+def _index(what: str, value) -> int:
+    """An integer argument, as an int within int64 (a float or an overflowing value is a ValueError)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{what} must be an integer, got {value!r}")
+    value = int(value)
+    if not -(1 << 62) <= value < (1 << 62):
+        raise ValueError(f"{what} {value} is out of range")
+    return value
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, not the host's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def physical_cores() -> int:
     """Physical cores this process may run on (hyperthreads slow ggml's decode)."""
-    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    allowed = usable_cpus()
     cores = set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -165,8 +198,9 @@ class Target:
             computed in the graph (k = 1 is the argmax), best first, ties to the lower id.
         """
         taps = [self._tap_index(t) for t in hidden_layers]
+        ids_in = token_array(tokens, self.n_vocab)
         with self._lock:
-            values, ids, hidden = self._core.forward(np.asarray(tokens, dtype=np.int32), all_logits, taps, int(top_k))
+            values, ids, hidden = self._core.forward(ids_in, all_logits, taps, int(top_k))
         return ForwardResult(logits=values, ids=ids, hidden=hidden)
 
     def _tap_index(self, tap: Tap) -> int:
@@ -179,13 +213,15 @@ class Target:
     # --- cache control -------------------------------------------------------
     def ensure_capacity(self, n: int) -> None:
         """Raises ContextOverflowError unless a sequence of n positions fits."""
+        n = _index("capacity", n)
         with self._lock:
-            self._core.ensure_capacity(int(n))
+            self._core.ensure_capacity(n)
 
     def rewind(self, length: int) -> None:
         """Keeps the first `length` positions of the cache and forgets the rest."""
+        length = _index("rewind length", length)
         with self._lock:
-            self._core.rewind(int(length))
+            self._core.rewind(length)
 
     def set_recurrent_rollback(self, path: str) -> None:
         """Switches a recurrent trunk's rollback path (see load()) between generations."""
@@ -223,7 +259,7 @@ def load(
     kv_type: str = "f16",
     prefill_chunk: int = 512,
     max_verify_rows: int = 65,
-    graph_budget_mb: float = 1024.0,
+    graph_budget_mb: float | None = None,
     row_kernels: bool = True,
     recurrent_rollback: str = "snapshots",
     recurrent_snapshot_mb: float = 512.0,
@@ -235,7 +271,8 @@ def load(
     ggml device name such as "CUDA0". kv_type: "f16", "bf16" or "f32".
     prefill_chunk: rows per prefill graph. max_verify_rows: the largest verify
     (draft window + 1) a sliding-window cache must be able to rewind.
-    graph_budget_mb: memory for persistent graphs; the least recently used are freed past it.
+    graph_budget_mb: memory for persistent graphs; the least recently used are freed past it
+    (None: about the weights' size, between 256 MiB and 1 GiB).
     row_kernels: on the CPU, run multi-row LM-head products on ggspec's own kernel where
     a probe finds it bit-identical to ggml's (False: ggml_mul_mat everywhere, for comparison).
     recurrent_rollback: how a recurrent trunk (qwen35) rolls back a partly accepted verify:
@@ -248,15 +285,23 @@ def load(
     Raises ModelFormatError for a corrupt, truncated or unsupported file.
     """
     path = os.fspath(path)
-    threads = physical_cores() if n_threads is None else int(n_threads)
+    threads = physical_cores() if n_threads is None else _index("n_threads", n_threads)
     if threads < 1:
         raise ValueError(f"n_threads must be at least 1, got {threads}")
-    core = _core.Target(path, n_ctx=int(n_ctx), n_threads=threads, device=device, kv_type=kv_type,
-                        prefill_chunk=int(prefill_chunk), max_verify_rows=int(max_verify_rows),
-                        graph_budget_mb=float(graph_budget_mb), row_kernels=bool(row_kernels),
+    allowed = usable_cpus()
+    if threads > allowed:
+        warnings.warn(f"n_threads {threads} is more than the {allowed} CPUs this process may use; using {allowed}",
+                      stacklevel=2)
+        threads = allowed
+    core = _core.Target(path, n_ctx=_index("n_ctx", n_ctx), n_threads=threads, device=device, kv_type=kv_type,
+                        prefill_chunk=_index("prefill_chunk", prefill_chunk),
+                        max_verify_rows=_index("max_verify_rows", max_verify_rows),
+                        graph_budget_mb=0.0 if graph_budget_mb is None else float(graph_budget_mb),
+                        row_kernels=bool(row_kernels),
                         recurrent_rollback=recurrent_rollback,
                         recurrent_snapshot_mb=float(recurrent_snapshot_mb))
     return Target(core, path)
 
 
-__all__ = ["Target", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores"]
+__all__ = ["Target", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
+           "token_array", "usable_cpus"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -107,11 +108,27 @@ class _Cursor:
         return out
 
 
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # GGUF's order: the row length first
+    type: int               # a ggml type id (gguf.GGMLQuantizationType)
+
+
 def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
     """All key/value pairs of a GGUF file (v2 or v3, either byte order).
 
     Raises ModelFormatError for a file that is not GGUF or whose metadata is cut short.
     """
+    return _read(path, with_tensors=False)[0]
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict[str, Any], list[TensorInfo]]:
+    """The key/value pairs and the tensor table (names, shapes, types; no data)."""
+    return _read(path, with_tensors=True)
+
+
+def _read(path: str | os.PathLike, with_tensors: bool) -> tuple[dict[str, Any], list[TensorInfo]]:
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
@@ -119,12 +136,12 @@ def read_metadata(path: str | os.PathLike) -> dict[str, Any]:
             if size < 24:
                 raise ModelFormatError(f"{path}: too small to be a GGUF file ({size} bytes)")
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                return _parse(buf, path)
+                return _parse(buf, path, with_tensors)
     except OSError as e:
         raise ModelFormatError(f"{path}: cannot read: {e}") from e
 
 
-def _parse(buf: mmap.mmap, path: str) -> dict[str, Any]:
+def _parse(buf: mmap.mmap, path: str, with_tensors: bool) -> tuple[dict[str, Any], list[TensorInfo]]:
     (magic,) = struct.unpack_from("<I", buf, 0)
     if magic != GGUF_MAGIC:
         raise ModelFormatError(f"{path}: not a GGUF file (bad magic {bytes(buf[:4])!r})")
@@ -136,10 +153,19 @@ def _parse(buf: mmap.mmap, path: str) -> dict[str, Any]:
     version = cur.scalar("I")
     if version < 2:
         raise ModelFormatError(f"{path}: GGUF version {version} is not supported (need 2 or 3)")
-    cur.scalar("Q")  # tensor count: not needed here
+    n_tensors = cur.scalar("Q")
     n_kv = cur.scalar("Q")
     meta: dict[str, Any] = {}
     for _ in range(n_kv):
         key = cur.string()
         meta[key] = cur.value(cur.scalar("I"))
-    return meta
+    tensors = []
+    for _ in range(n_tensors if with_tensors else 0):
+        name = cur.string()
+        n_dims = cur.scalar("I")
+        if n_dims > 4:
+            raise ModelFormatError(f"{path}: tensor {name!r} has {n_dims} dimensions (at most 4)")
+        shape = tuple(cur.scalar("Q") for _ in range(n_dims))
+        tensors.append(TensorInfo(name, shape, cur.scalar("I")))
+        cur.scalar("Q")  # data offset
+    return meta, tensors

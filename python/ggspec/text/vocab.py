@@ -68,9 +68,7 @@ def vocab_from_metadata(meta: dict[str, Any], path: str) -> Vocab:
         raise fail("no tokenizer in the GGUF (tokenizer.ggml.model is missing)")
     if not isinstance(model, str) or model not in SUPPORTED_MODELS:
         raise fail(f"tokenizer model {model!r} is not supported (supported: {', '.join(SUPPORTED_MODELS)})")
-    pre = meta.get(_K + "pre") or ""
-    if not isinstance(pre, str):
-        raise fail(f"tokenizer.ggml.pre is not a string: {pre!r}")
+    pre = _string(meta, _K + "pre", fail)
 
     tokens = meta.get(_K + "tokens")
     # GGUF arrays are homogeneous: the first item's type is every item's.
@@ -140,8 +138,8 @@ def vocab_from_metadata(meta: dict[str, Any], path: str) -> Vocab:
         eot_id=ids["eot"],
         eom_id=ids["eom"],
         fim_ids={k: ids[f"fim_{k}"] for k in ("pre", "suf", "mid", "pad", "rep", "sep")},
-        model_name=str(meta.get("general.name") or ""),
-        architecture=str(meta.get("general.architecture") or ""),
+        model_name=_string(meta, "general.name", fail),
+        architecture=_string(meta, "general.architecture", fail),
         pre=pre,
     )
     return Vocab(
@@ -164,6 +162,13 @@ def vocab_from_metadata(meta: dict[str, Any], path: str) -> Vocab:
         pre_spec=pre_spec,
         specials=specials,
     )
+
+
+def _string(meta, key, fail) -> str:
+    value = meta.get(key, "")
+    if not isinstance(value, str):
+        raise fail(f"{key} is not a string (it is stored as {type(value).__name__})")
+    return value
 
 
 def _numeric_array(meta, key, n, dtype, fail) -> np.ndarray | None:

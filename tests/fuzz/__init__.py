@@ -1,0 +1,1 @@
+"""A fuzzer over the project's own tiny GGUF files (see run.py)."""

@@ -1,0 +1,161 @@
+"""Files as people have them: every piece of a GGUF is used, or the file is refused
+naming it; hyperparameters and tensor types are checked before ggml sees them; the
+API refuses misuse by name. One regression test per defect the fuzzer and a new
+user's tries found (each in a child process, so a crash fails the test)."""
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gguf import GGUFValueType
+
+import ggspec
+from tests.conftest import REPO
+from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
+from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.test_bad_input import copy_gguf, expect_error
+
+F32 = GGUFValueType.FLOAT32
+REFUSED = "ggspec.ModelFormatError"
+
+
+def refuses(path, *fragments):
+    expect_error(f"ggspec.Model({str(path)!r}, n_ctx=64).target.spec_forward([1, 2, 3])", REFUSED, *fragments)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int8])
+def test_a_matrix_in_an_integer_type_is_refused(tiny_model, tmp_path, dtype):
+    weight = np.ones((128, 64), dtype)  # ffn_up [n_embd, n_ff] as GGUF writes numpy's reversed shape
+    path = copy_gguf(tiny_model("llama"), tmp_path / "int.gguf", tensors={"blk.0.ffn_up.weight": weight})
+    refuses(path, "blk.0.ffn_up.weight", "a weight type ggspec does not run")
+
+
+def test_a_norm_that_is_not_f32_is_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "f16norm.gguf",
+                     tensors={"blk.1.attn_norm.weight": np.ones(64, np.float16)})
+    refuses(path, "blk.1.attn_norm.weight", "F16", "must be F32")
+
+
+@pytest.mark.parametrize("key,value,fragment", [
+    ("attention.layer_norm_rms_epsilon", -1e-5, "layer_norm_rms_epsilon"),
+    ("attention.layer_norm_rms_epsilon", float("nan"), "layer_norm_rms_epsilon"),
+    ("rope.freq_base", 0.0, "rope.freq_base"),
+    ("rope.freq_base", -10000.0, "rope.freq_base"),
+    ("rope.freq_base", float("nan"), "rope.freq_base"),
+    ("rope.freq_base", float("inf"), "rope.freq_base"),
+    ("rope.scaling.factor", float("nan"), "rope.scaling.factor"),
+])
+def test_hyperparameters_out_of_range_are_refused(tiny_model, tmp_path, key, value, fragment):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "bad.gguf", keys={f"llama.{key}": (value, F32)})
+    refuses(path, fragment, "finite number")
+
+
+def test_an_unsupported_rope_scaling_is_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "yarn.gguf",
+                     keys={"llama.rope.scaling.type": ("yarn", GGUFValueType.STRING)})
+    refuses(path, "RoPE scaling 'yarn'", "llama.rope.scaling.type")
+
+
+def test_an_unknown_tensor_is_refused_by_name(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("qwen3"), tmp_path / "extra.gguf",
+                     tensors={"blk.0.mystery.weight": np.ones((8, 64), np.float32)})
+    refuses(path, "blk.0.mystery.weight", "does not use")
+
+
+def test_rope_frequency_factors_are_refused_not_dropped(tiny_model, tmp_path):
+    # a Llama 3.1+ file: llama.cpp scales RoPE by them, so ignoring them gives other logits
+    path = copy_gguf(tiny_model("llama"), tmp_path / "llama31.gguf",
+                     tensors={"rope_freqs.weight": np.ones(8, np.float32)})
+    refuses(path, "rope_freqs.weight", "RoPE frequency factors")
+
+
+def test_a_bias_the_graph_has_no_place_for_is_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "bias.gguf",
+                     tensors={"blk.0.attn_q.bias": np.zeros(64, np.float32)})
+    refuses(path, "blk.0.attn_q.bias", "a bias")
+
+
+def test_a_non_utf8_name_survives_into_the_message(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("qwen3"), tmp_path / "name.gguf",
+                     tensors={"blk.0.zzzzzz.weight": np.ones((8, 64), np.float32)})
+    data = bytearray(Path(path).read_bytes())
+    at = data.index(b"zzzzzz")
+    data[at:at + 2] = b"\xff\xfe"
+    Path(path).write_bytes(bytes(data))
+    refuses(path, "blk.0.", "does not use")
+
+
+@pytest.mark.parametrize("sections,fragment", [((0, 0, 0, 0), "rope.dimension_sections"),
+                                               ((2, 1, 9, 0), "rotated pairs"),
+                                               ((-1, 3, 1, 0), "non-negative")])
+def test_bad_rope_sections_are_refused(tmp_path, sections, fragment):
+    refuses(write_tiny_qwen35(tmp_path / "q35.gguf", rope_sections=sections), fragment)
+
+
+def test_a_qwen35_without_attention_layers_is_refused(tmp_path):
+    path = write_tiny_qwen35(tmp_path / "q35.gguf", recurrent_layers=[True] * 4)
+    refuses(path, "no full-attention layer")
+
+
+def test_a_selector_wider_than_its_candidates_is_refused(tiny_model, tmp_path):
+    drafter = write_tiny_dflash(tmp_path / "d2.gguf", dflash2={**DFLASH2, "selector_top_k": 400})
+    expect_error(f"ggspec.load({tiny_model('qwen3')!r}, n_ctx=64).attach_drafter({str(drafter)!r})", REFUSED,
+                 "selector_top_k", "400")
+
+
+def test_a_string_key_stored_as_an_array_is_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "name.gguf",
+                     keys={"general.name": ([1, 2, 3], GGUFValueType.ARRAY)})
+    expect_error(f"ggspec.Model({path!r}, n_ctx=64)", REFUSED, "general.name is not a string")
+
+
+@pytest.mark.parametrize("code,fragment", [
+    ("t.spec_forward(np.array([2**32 + 5]))", "token id 4294967301"),
+    ("t.spec_forward([1.0, 2.0])", "must be integers"),
+    ("t.spec_forward(np.array([[1, 2]]))", "flat sequence"),
+    ("t.spec_forward([True])", "must be integers"),
+    ("t.rewind(2**63)", "rewind length 9223372036854775808 is out of range"),
+    ("t.rewind(1.5)", "rewind length must be an integer"),
+])
+def test_token_ids_and_lengths_are_checked_exactly(tiny_model, code, fragment):
+    expect_error(f"import numpy as np\nt = ggspec.load({tiny_model('llama')!r}, n_ctx=64)\n{code}", "ValueError",
+                 fragment)
+
+
+def test_threads_are_capped_at_the_cpus_the_process_may_use(tiny_model):
+    with pytest.warns(UserWarning, match="more than the .* CPUs this process may use"):
+        target = ggspec.load(tiny_model("llama"), n_ctx=64, n_threads=1000)
+    assert target.n_threads == ggspec.native.target.usable_cpus()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ggspec.load(tiny_model("llama"), n_ctx=64, n_threads=1).n_threads == 1
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "ggspec", *args], capture_output=True, text=True, timeout=120,
+                          cwd=str(REPO))
+
+
+def test_a_prompt_file_that_is_not_utf8_is_named(tiny_model, tmp_path):
+    prompt = tmp_path / "latin1.txt"
+    prompt.write_bytes("caf\xe9".encode("latin-1"))
+    proc = cli("generate", "-m", tiny_model("llama"), "-f", str(prompt), "-n", "2")
+    assert proc.returncode == 1 and str(prompt) in proc.stderr and "not UTF-8" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_context_too_large_to_allocate_is_one_line(tiny_model):
+    proc = cli("generate", "-m", tiny_model("llama"), "-p", "a b", "-n", "2", "-c", "100000000")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "ggspec: error:" in proc.stderr, proc.stderr
+
+
+def test_many_threads_on_the_cli_warn_and_run(tiny_model):
+    proc = cli("generate", "-m", tiny_model("llama"), "-p", "a b", "-n", "2", "-t", "1000", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert "ggspec: warning: n_threads 1000 is more than" in proc.stderr
+    assert json.loads(proc.stdout)["tokens"]
