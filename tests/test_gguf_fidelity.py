@@ -66,11 +66,17 @@ def test_an_unknown_tensor_is_refused_by_name(tiny_model, tmp_path):
     refuses(path, "blk.0.mystery.weight", "does not use")
 
 
-def test_rope_frequency_factors_are_refused_not_dropped(tiny_model, tmp_path):
-    # a Llama 3.1+ file: llama.cpp scales RoPE by them, so ignoring them gives other logits
-    path = copy_gguf(tiny_model("llama"), tmp_path / "llama31.gguf",
-                     tensors={"rope_freqs.weight": np.ones(8, np.float32)})
+def test_rope_frequency_factors_where_the_graph_has_none_are_refused(tiny_model, tmp_path):
+    # llama runs them (test_reference); llama.cpp's qwen3 has no place for them, nor has ggspec's
+    path = copy_gguf(tiny_model("qwen3"), tmp_path / "qwen3-freqs.gguf",
+                     tensors={"rope_freqs.weight": np.ones(16, np.float32)})
     refuses(path, "rope_freqs.weight", "RoPE frequency factors")
+
+
+def test_a_llama_file_with_partial_rotary_is_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "partial.gguf",
+                     keys={"llama.rope.dimension_count": (8, GGUFValueType.UINT32)})
+    refuses(path, "llama.rope.dimension_count 8", "differs from the head size 16")
 
 
 def test_a_bias_the_graph_has_no_place_for_is_refused(tiny_model, tmp_path):

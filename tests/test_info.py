@@ -38,9 +38,9 @@ def test_a_model_with_a_head_offers_draft_head(tmp_path):
 
 
 def test_what_is_refused_says_why(tiny_model, tmp_path):
-    path = copy_gguf(tiny_model("llama"), tmp_path / "llama31.gguf", tensors={"rope_freqs.weight": np.ones(8, np.float32)})
+    path = copy_gguf(tiny_model("qwen3"), tmp_path / "freqs.gguf", tensors={"rope_freqs.weight": np.ones(16, np.float32)})
     out = json.loads(info(path, "--json"))
-    assert out["architecture"] == "llama" and out["spec_types"] == []
+    assert out["architecture"] == "qwen3" and out["spec_types"] == []
     assert len(out["refused"]) == 1 and "rope_freqs.weight" in out["refused"][0]
     assert "refused:        " in info(path) and "RoPE frequency factors" in info(path)
 

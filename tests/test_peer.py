@@ -58,3 +58,15 @@ def test_real_models_agree_with_llama_cpp(request, model):
     tokens = peer_tokenize(path, TEXT)[:64]
     assert len(tokens) == 64
     check_against_peer(path, tokens)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"rope_freqs": tuple(np.geomspace(1.0, 8.0, 12).round(3))},                          # Llama 3.1+
+    {"rope_freqs": tuple(np.geomspace(1.0, 4.0, 12).round(3)), "rope_scaling_factor": 2.0},
+    {"rope_scaling_factor": 4.0},                                                       # linear scaling
+])
+def test_llama_rope_options_agree_with_llama_cpp(tiny_model, overrides):
+    # another shape and seed than the other tiny files: 96 wide, heads of 24 (12 rotated pairs)
+    path = tiny_model("llama", "f32", seed=21, n_embd=96, n_head=4, n_head_kv=2, n_ff=192, **overrides)
+    tokens = np.random.default_rng(8).integers(3, 320, size=64).tolist()
+    check_against_peer(path, tokens)

@@ -43,6 +43,27 @@ def test_tiny_models_match_reference(tiny_model, arch, dtype):
             assert np.abs(ours - ref).max() <= 1e-3 * np.abs(ref).max(), f"hidden tap {key}"
 
 
+# Llama 3.1's pattern: low-frequency pairs slowed down, high-frequency ones kept
+LLAMA31_FREQS = tuple(np.geomspace(1.0, 8.0, 8).round(3))
+
+
+@pytest.mark.parametrize("overrides", [
+    {"rope_freqs": LLAMA31_FREQS},
+    {"rope_freqs": LLAMA31_FREQS, "rope_scaling_factor": 4.0},
+    {"rope_scaling_factor": 8.0, "seed": 5},
+])
+def test_llama_rope_options_match_reference(tiny_model, overrides):
+    path = tiny_model("llama", **overrides)
+    tokens = np.random.default_rng(13).integers(3, 320, size=40).tolist()
+    ref_logits, _ = ReferenceModel(path).forward(tokens)
+    ours = ggspec.load(path, n_ctx=64, kv_type="f32").spec_forward(tokens, all_logits=True).logits
+    check_logits(ours, ref_logits, 1e-3)
+    if "rope_freqs" in overrides:  # the factors change the result: a file that dropped them would not pass
+        plain_logits, _ = ReferenceModel(tiny_model("llama", **{k: v for k, v in overrides.items()
+                                                                 if k != "rope_freqs"})).forward(tokens)
+        assert np.abs(plain_logits - ref_logits).max() > 1e-2
+
+
 @pytest.mark.parametrize("overrides", [
     {"tied_output": False},
     {"sliding_window": None},

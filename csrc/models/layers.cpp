@@ -26,8 +26,8 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
                                (int) hp.n_ctx_train, base, freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f,
                                /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
     }
-    return ggml_rope_ext(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, hp.rope_type, (int) hp.n_ctx_train, base,
-                         freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
+    return ggml_rope_ext(g.ctx, x, g.positions, swa ? nullptr : g.w.rope_freqs, (int) hp.n_rot, hp.rope_type,
+                         (int) hp.n_ctx_train, base, freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
 }
 
 std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {

@@ -391,17 +391,20 @@ def gelu_f16_table(x: np.ndarray) -> np.ndarray:
 
 
 @functools.cache
-def rope_cache(n_pos: int, n_rot: int, freq_base: float, freq_scale: float) -> tuple[np.ndarray, np.ndarray]:
+def rope_cache(n_pos: int, n_rot: int, freq_base: float, freq_scale: float,
+               freq_factors: tuple[float, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(cos, sin) [n_pos, n_rot / 2] of ggml_rope_cache_init with ext_factor 0, at positions
-    0..n_pos-1: pair i turns by freq_scale * pos * theta_scale^i, the power taken as one
-    f32 multiply per pair (theta_scale = powf(freq_base, -2/n_rot)), so its rounding grows with i.
-    Read-only, as it is cached.
+    0..n_pos-1: pair i turns by freq_scale * (pos * theta_scale^i / freq_factors[i]), the power
+    taken as one f32 multiply per pair (theta_scale = powf(freq_base, -2/n_rot)), so its rounding
+    grows with i. Read-only, as it is cached.
     """
     theta_scale = np.float32(freq_base) ** (np.float32(-2) / np.float32(n_rot))
     theta = np.empty((n_pos, n_rot // 2), dtype=np.float32)
     theta[:, 0] = np.arange(n_pos, dtype=np.float32)
     for i in range(1, n_rot // 2):
         theta[:, i] = theta[:, i - 1] * theta_scale
+    if freq_factors is not None:
+        theta = theta / np.asarray(freq_factors, np.float32)[: n_rot // 2]
     theta *= np.float32(freq_scale)
     cos, sin = cosf(theta), sinf(theta)
     cos.flags.writeable = sin.flags.writeable = False

@@ -65,14 +65,17 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
     return x * scale * weight
 
 
-def rope(x: np.ndarray, n_rot: int, mode: str, freq_base: float, freq_scale: float) -> np.ndarray:
+def rope(x: np.ndarray, n_rot: int, mode: str, freq_base: float, freq_scale: float,
+         freq_factors: np.ndarray | None = None) -> np.ndarray:
     """Rotate x [T, n_heads, head_dim] at positions 0..T-1, as ggml_rope_ext with ext_factor 0,
     in f32.
 
     Pair i (i < n_rot/2) turns by pos * freq_scale * freq_base^(-2i/n_rot); dims past
     n_rot are left as they are. NORMAL pairs (x[2i], x[2i+1]), NEOX (x[i], x[i + n_rot/2]).
+    freq_factors (llama's rope_freqs.weight) divide each pair's angle.
     """
-    cos, sin = ggml_cpu.rope_cache(x.shape[0], n_rot, freq_base, freq_scale)
+    factors = None if freq_factors is None else tuple(float(f) for f in freq_factors)  # hashable: cached
+    cos, sin = ggml_cpu.rope_cache(x.shape[0], n_rot, freq_base, freq_scale, factors)
     cos, sin = cos[:, None, :], sin[:, None, :]
     out = np.array(x, dtype=np.float32)
     if mode == "normal":
@@ -134,11 +137,13 @@ class ReferenceModel:
         """Refuse files with tensors this forward would silently ignore (biases, rope factors, ...)."""
         per_layer = _LAYER_TENSORS | _ARCH_LAYER_TENSORS[self.hparams.arch]
         known = {"token_embd.weight", "output_norm.weight", "output.weight"}
+        if self.hparams.arch == "llama":
+            known.add("rope_freqs.weight")
         known |= {f"blk.{i}.{name}.weight" for i in range(self.hparams.n_layer) for name in per_layer}
         unknown = sorted(set(self.weights) - known)
         if unknown:
             raise NotImplementedError(f"tensors not supported by the reference: {unknown[:8]}")
-        missing = sorted(known - {"output.weight"} - set(self.weights))
+        missing = sorted(known - {"output.weight", "rope_freqs.weight"} - set(self.weights))
         if missing:
             raise ValueError(f"model file lacks tensors: {missing[:8]}")
 
@@ -190,8 +195,9 @@ class ReferenceModel:
         if hp.arch in ("qwen3", "gemma3"):
             q = rms_norm(q, w[blk + "attn_q_norm.weight"], hp.rms_eps)
             k = rms_norm(k, w[blk + "attn_k_norm.weight"], hp.rms_eps)
-        q = rope(q, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il])
-        k = rope(k, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il])
+        factors = w.get("rope_freqs.weight") if hp.arch == "llama" else None
+        q = rope(q, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il], factors)
+        k = rope(k, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il], factors)
         kq_scale = np.float32(hp.attn_scale)
         if hp.arch == "gemma3":  # llama.cpp scales q by it, then runs the softmax unscaled
             q, kq_scale = q * kq_scale, np.float32(1)
