@@ -60,29 +60,21 @@ def test_an_unsupported_rope_scaling_is_refused(tiny_model, tmp_path):
     refuses(path, "RoPE scaling 'yarn'", "llama.rope.scaling.type")
 
 
-def test_an_unknown_tensor_is_refused_by_name(tiny_model, tmp_path):
-    path = copy_gguf(tiny_model("qwen3"), tmp_path / "extra.gguf",
-                     tensors={"blk.0.mystery.weight": np.ones((8, 64), np.float32)})
-    refuses(path, "blk.0.mystery.weight", "does not use")
-
-
-def test_rope_frequency_factors_where_the_graph_has_none_are_refused(tiny_model, tmp_path):
+@pytest.mark.parametrize("arch,name,shape,fragment", [
+    ("qwen3", "blk.0.mystery.weight", (8, 64), "does not use"),
     # llama runs them (test_reference); llama.cpp's qwen3 has no place for them, nor has ggspec's
-    path = copy_gguf(tiny_model("qwen3"), tmp_path / "qwen3-freqs.gguf",
-                     tensors={"rope_freqs.weight": np.ones(16, np.float32)})
-    refuses(path, "rope_freqs.weight", "RoPE frequency factors")
+    ("qwen3", "rope_freqs.weight", (16,), "RoPE frequency factors"),
+    ("llama", "blk.0.attn_q.bias", (64,), "a bias"),
+])
+def test_a_tensor_the_graph_does_not_use_is_refused_by_name(tiny_model, tmp_path, arch, name, shape, fragment):
+    path = copy_gguf(tiny_model(arch), tmp_path / "extra.gguf", tensors={name: np.ones(shape, np.float32)})
+    refuses(path, name, fragment)
 
 
 def test_a_llama_file_with_partial_rotary_is_refused(tiny_model, tmp_path):
     path = copy_gguf(tiny_model("llama"), tmp_path / "partial.gguf",
                      keys={"llama.rope.dimension_count": (8, GGUFValueType.UINT32)})
     refuses(path, "llama.rope.dimension_count 8", "differs from the head size 16")
-
-
-def test_a_bias_the_graph_has_no_place_for_is_refused(tiny_model, tmp_path):
-    path = copy_gguf(tiny_model("llama"), tmp_path / "bias.gguf",
-                     tensors={"blk.0.attn_q.bias": np.zeros(64, np.float32)})
-    refuses(path, "blk.0.attn_q.bias", "a bias")
 
 
 def test_a_non_utf8_name_survives_into_the_message(tiny_model, tmp_path):

@@ -69,7 +69,10 @@ class Engine:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
         model = self.model
-        ids = model.encode_prompt(prompt) if isinstance(prompt, str) else token_array(prompt, model.target.n_vocab).tolist()
+        if isinstance(prompt, str):
+            ids = model.encode_prompt(prompt)
+        else:
+            ids = token_array(prompt, model.target.n_vocab).tolist()
         check_prompt(model, ids)
         sampler = Sampler(SamplerConfig(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                         seed=random_seed() if seed is None else seed), model.target.n_vocab)
