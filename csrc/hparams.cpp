@@ -23,6 +23,62 @@ void require_positive(const std::string & key, int64_t v) {
     if (v <= 0) throw ModelFormatError("GGUF key '" + key + "' must be positive, got " + std::to_string(v));
 }
 
+// RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams) and its
+// context applies it: the type defaults to linear, whose freq_scale is
+// 1 / rope.scaling.factor (or the old rope.scale_linear; 0: none); "none" never
+// scales; YaRN mixes in extrapolation (ext_factor 1) and scales magnitudes by
+// attn_factor = mscale(factor) / (1 + 0.1 ln factor), which ggml's rope then
+// multiplies by its own (1 + 0.1 ln factor); rope.scaling.attn_factor multiplies
+// every type's. The YaRN keys llama.cpp reads only for other architectures
+// (yarn_ext_factor, yarn_beta_*) are left alone here too.
+void read_rope_scaling(const ModelFile & f, Hparams & hp) {
+    const std::string scaling_key = hp.key("rope.scaling.type");
+    hp.rope_scaling = f.has_key(scaling_key) ? f.get_str(scaling_key) : "linear";
+    const std::string & scaling = hp.rope_scaling;
+    if (scaling != "none" && scaling != "linear" && scaling != "yarn" && scaling != "longrope") {
+        throw ModelFormatError("'" + f.path() + "' uses RoPE scaling '" + scaling + "' (" + scaling_key +
+                               "), which ggspec does not run (supported: none, linear, yarn, longrope)");
+    }
+    const std::string factor_key = f.has_key(hp.key("rope.scaling.factor")) ? hp.key("rope.scaling.factor")
+                                                                            : hp.key("rope.scale_linear");
+    const double rope_factor = finite_float(f, factor_key, 0.0, 0.0, true);
+    hp.rope_freq_scale = rope_factor == 0.0 || scaling == "none" ? 1.0f : 1.0f / (float) rope_factor;
+    hp.n_ctx_orig = f.get_int(hp.key("rope.scaling.original_context_length"), hp.n_ctx_train);
+    require_positive(hp.key("rope.scaling.original_context_length"), hp.n_ctx_orig);
+    hp.rope_ext_factor = scaling == "yarn" ? 1.0f : 0.0f;
+    hp.rope_attn_factor = 1.0f;
+    if (hp.rope_ext_factor != 0.0f) {
+        const float factor = 1.0f / hp.rope_freq_scale;
+        hp.rope_attn_factor = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
+        hp.rope_attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+    }
+    hp.rope_attn_factor *= finite_float(f, hp.key("rope.scaling.attn_factor"), 1.0, 0.0, false);
+}
+
+
+// As llama.cpp's create_tensor_qkv: a fused attn_qkv with its fused bias or the
+// three separate ones, or separate q/k/v weights, each with an optional bias.
+void bind_qkv(const ModelFile & f, const std::string & p, int64_t n_embd, int64_t n_q, int64_t n_kv,
+              LayerWeights & l) {
+    l.wqkv = f.tensor_or_null(p + "attn_qkv.weight", {n_embd, n_q + 2 * n_kv});
+    if (!l.wqkv) {
+        l.wq = f.tensor(p + "attn_q.weight", {n_embd, n_q});
+        l.wk = f.tensor(p + "attn_k.weight", {n_embd, n_kv});
+        l.wv = f.tensor(p + "attn_v.weight", {n_embd, n_kv});
+    }
+    l.bqkv = l.wqkv ? f.tensor_or_null(p + "attn_qkv.bias", {n_q + 2 * n_kv}) : nullptr;
+    if (!l.bqkv) {
+        l.bq = f.tensor_or_null(p + "attn_q.bias", {n_q});
+        l.bk = f.tensor_or_null(p + "attn_k.bias", {n_kv});
+        l.bv = f.tensor_or_null(p + "attn_v.bias", {n_kv});
+    }
+    // llama.cpp adds separate biases to a fused product only when all three are there.
+    if (l.wqkv && (l.bq || l.bk || l.bv) && !(l.bq && l.bk && l.bv)) {
+        throw ModelFormatError("'" + f.path() + "' has a fused " + p + "attn_qkv.weight with only some of the "
+                               "attn_q/attn_k/attn_v biases; llama.cpp would ignore them");
+    }
+}
+
 }  // namespace
 
 // Checked here, before ggml's asserts (an abort) or NaN logits can see them.
@@ -70,22 +126,7 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
     }
     hp.rms_eps = finite_float(f, hp.key("attention.layer_norm_rms_epsilon"), 1e-5, 0.0, true);
     hp.rope_base = finite_float(f, hp.key("rope.freq_base"), 10000.0, 0.0, false);
-    // As llama.cpp: the type defaults to linear, whose freq_scale is 1 / rope.scaling.factor
-    // (or the old rope.scale_linear; 0: none); "none" never scales.
-    const std::string scaling_key = hp.key("rope.scaling.type");
-    const std::string scaling = f.has_key(scaling_key) ? f.get_str(scaling_key) : "linear";
-    if (scaling != "none" && scaling != "linear") {
-        throw ModelFormatError("'" + f.path() + "' uses RoPE scaling '" + scaling + "' (" + scaling_key +
-                               "), which ggspec does not run yet (supported: none, linear)");
-    }
-    const std::string factor_key = f.has_key(hp.key("rope.scaling.factor")) ? hp.key("rope.scaling.factor")
-                                                                            : hp.key("rope.scale_linear");
-    const double rope_factor = finite_float(f, factor_key, 0.0, 0.0, true);
-    hp.rope_freq_scale = rope_factor == 0.0 || scaling == "none" ? 1.0f : (float) (1.0 / rope_factor);
-    if (finite_float(f, hp.key("rope.scaling.attn_factor"), 1.0, 0.0, false) != 1.0f) {
-        throw ModelFormatError("'" + f.path() + "' sets '" + hp.key("rope.scaling.attn_factor") +
-                               "', which ggspec does not run yet");
-    }
+    read_rope_scaling(f, hp);
     if (f.get_int(hp.key("expert_count"), 0) > 0) {
         throw ModelFormatError("'" + f.path() + "' is a mixture of experts (" + hp.key("expert_count") + " " +
                                std::to_string(f.get_int(hp.key("expert_count"))) +
@@ -114,13 +155,15 @@ void bind_layers(const ModelFile & f, const Hparams & hp, const LayerOptions & o
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights & l = w.layers[il];
         l.attn_norm = f.tensor(p + "attn_norm.weight", {hp.n_embd});
-        l.wq = f.tensor(p + "attn_q.weight", {hp.n_embd, n_q});
-        l.wk = f.tensor(p + "attn_k.weight", {hp.n_embd, n_kv});
-        l.wv = f.tensor(p + "attn_v.weight", {hp.n_embd, n_kv});
+        bind_qkv(f, p, hp.n_embd, n_q, n_kv, l);
         l.wo = f.tensor(p + "attn_output.weight", {n_q, hp.n_embd});
         l.ffn_norm = f.tensor(p + "ffn_norm.weight", {hp.n_embd});
-        l.ffn_gate = f.tensor(p + "ffn_gate.weight", {hp.n_embd, hp.n_ff});
-        l.ffn_up = f.tensor(p + "ffn_up.weight", {hp.n_embd, hp.n_ff});
+        if (opt.fused_gate_up) {
+            l.ffn_up = f.tensor(p + "ffn_up.weight", {hp.n_embd, 2 * hp.n_ff});
+        } else {
+            l.ffn_gate = f.tensor(p + "ffn_gate.weight", {hp.n_embd, hp.n_ff});
+            l.ffn_up = f.tensor(p + "ffn_up.weight", {hp.n_embd, hp.n_ff});
+        }
         l.ffn_down = f.tensor(p + "ffn_down.weight", {hp.n_ff, hp.n_embd});
         if (opt.qk_norm) {
             l.q_norm = f.tensor(p + "attn_q_norm.weight", {hp.head_dim});
@@ -131,6 +174,29 @@ void bind_layers(const ModelFile & f, const Hparams & hp, const LayerOptions & o
             l.ffn_post_norm = f.tensor(p + "post_ffw_norm.weight", {hp.n_embd});
         }
     }
+}
+
+
+void require_full_rotary(const ModelFile & f, const Hparams & hp) {
+    if (hp.n_rot != hp.head_dim) {
+        throw ModelFormatError(hp.key("rope.dimension_count") + " " + std::to_string(hp.n_rot) + " in '" + f.path() +
+                               "' differs from the head size " + std::to_string(hp.head_dim) + "; a " + hp.arch +
+                               " file rotates whole heads (llama.cpp asserts it)");
+    }
+}
+
+void bind_longrope_factors(const ModelFile & f, const Hparams & hp, ModelWeights & w) {
+    w.rope_long = f.tensor_or_null("rope_factors_long.weight", {hp.n_rot / 2});
+    w.rope_short = f.tensor_or_null("rope_factors_short.weight", {hp.n_rot / 2});
+    if (!w.rope_long != !w.rope_short) {
+        throw ModelFormatError("'" + f.path() + "' has only one of rope_factors_long and rope_factors_short");
+    }
+}
+
+void choose_rope_factors(const Hparams & hp, int64_t n_ctx, ModelWeights & w) {
+    if (!w.rope_long) return;
+    const int64_t padded = (n_ctx + 255) / 256 * 256;
+    w.rope_freqs = padded > hp.n_ctx_orig ? w.rope_long : w.rope_short;
 }
 
 }  // namespace ggspec

@@ -30,6 +30,15 @@ struct Hparams {
     float rope_freq_scale = 1.0f;
     float rope_base_swa = 10000.0f;
     float rope_freq_scale_swa = 1.0f;
+    // What llama.cpp's context derives from rope.scaling.*: YaRN's extrapolation
+    // mix (0: no YaRN) and correction range, the magnitude factor every rotation
+    // is multiplied by, and the training context YaRN and LongRoPE refer to.
+    std::string rope_scaling = "linear";  // none, linear, yarn or longrope
+    float rope_ext_factor = 0.0f;
+    float rope_attn_factor = 1.0f;
+    float rope_beta_fast = 32.0f;
+    float rope_beta_slow = 1.0f;
+    int64_t n_ctx_orig = 0;
 
     int64_t n_swa = 0;         // sliding window; 0 = every layer attends to the whole context
     std::vector<bool> is_swa;  // per layer
@@ -70,8 +79,15 @@ struct LayerWeights {
     ggml_tensor * q_norm = nullptr;
     ggml_tensor * k_norm = nullptr;
     ggml_tensor * attn_post_norm = nullptr;
+    // Fused projections and biases, as llama.cpp's create_tensor_qkv binds them:
+    // attn_qkv [q; k; v] in place of wq/wk/wv, a bias per projection or one fused.
+    ggml_tensor * wqkv = nullptr;
+    ggml_tensor * bqkv = nullptr;
+    ggml_tensor * bq = nullptr;
+    ggml_tensor * bk = nullptr;
+    ggml_tensor * bv = nullptr;
     ggml_tensor * ffn_norm = nullptr;
-    ggml_tensor * ffn_gate = nullptr;
+    ggml_tensor * ffn_gate = nullptr;  // null with a fused gate-up: ffn_up holds [gate; up] (phi3)
     ggml_tensor * ffn_up = nullptr;
     ggml_tensor * ffn_down = nullptr;
     ggml_tensor * ffn_post_norm = nullptr;
@@ -99,7 +115,10 @@ struct ModelWeights {
     ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr;
     ggml_tensor * output = nullptr;  // the LM head; token_embd when tied
-    ggml_tensor * rope_freqs = nullptr;  // per-pair RoPE frequency factors [n_rot / 2] (Llama 3.1+), or none
+    ggml_tensor * rope_freqs = nullptr;  // per-pair RoPE frequency divisors [n_rot / 2] (Llama 3.1+), or none
+    // LongRoPE's two sets of divisors (phi3); the target picks one by its context.
+    ggml_tensor * rope_long = nullptr;
+    ggml_tensor * rope_short = nullptr;
     std::vector<LayerWeights> layers;
     NextnWeights nextn;  // a draft head's; unset in a trunk
 };
@@ -116,9 +135,19 @@ Hparams read_common_hparams(const ModelFile & file, const std::string & arch);
 void bind_embeddings(const ModelFile & file, const Hparams & hp, ModelWeights & w);
 
 struct LayerOptions {
-    bool qk_norm = false;     // per-head RMSNorm of q and k (qwen3, gemma3)
-    bool post_norms = false;  // post_attention_norm and post_ffw_norm (gemma3)
+    bool qk_norm = false;       // per-head RMSNorm of q and k (qwen3, gemma3)
+    bool post_norms = false;    // post_attention_norm and post_ffw_norm (gemma3)
+    bool fused_gate_up = false; // ffn_up [n_embd, 2 n_ff] holds gate and up, no ffn_gate (phi3)
 };
 void bind_layers(const ModelFile & file, const Hparams & hp, const LayerOptions & opt, ModelWeights & w);
+
+// A file whose graph in llama.cpp asserts that RoPE turns whole heads (llama, qwen2, qwen3).
+void require_full_rotary(const ModelFile & file, const Hparams & hp);
+
+// rope_factors_long / rope_factors_short [n_rot / 2], when the file has them; a pair of them.
+void bind_longrope_factors(const ModelFile & file, const Hparams & hp, ModelWeights & w);
+// LongRoPE picks its long factors when the context (padded to 256, as llama.cpp pads
+// it) exceeds the training context, its short ones otherwise; no-op without them.
+void choose_rope_factors(const Hparams & hp, int64_t n_ctx, ModelWeights & w);
 
 }  // namespace ggspec

@@ -222,8 +222,8 @@ void check_role(const ggml_tensor * t, TensorRole role, const std::string & path
 
 // Pieces llama.cpp computes with and ggspec does not yet: named, so a refusal says what it is.
 const char * known_unsupported(const std::string & name) {
-    if (name == "rope_freqs.weight") return "RoPE frequency factors (Llama 3.1 and later)";
-    if (name == "rope_factors_long.weight" || name == "rope_factors_short.weight") return "LongRoPE factors (phi3)";
+    if (name == "rope_freqs.weight") return "RoPE frequency factors, which llama.cpp reads for llama files";
+    if (name == "rope_factors_long.weight" || name == "rope_factors_short.weight") return "LongRoPE factors, read with rope.scaling.type longrope";
     if (name.find(".attn_sinks") != std::string::npos) return "attention sinks";
     if (name.find(".bias") != std::string::npos) return "a bias";
     return nullptr;

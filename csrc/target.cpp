@@ -80,6 +80,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
                                "' (supported: " + supported_architectures() + ")");
     }
     arch_->load(*file_, hp_, w_);
+    choose_rope_factors(hp_, opt.n_ctx, w_);
     file_->bind(dev_);
     if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
 

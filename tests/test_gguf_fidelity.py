@@ -55,26 +55,41 @@ def test_hyperparameters_out_of_range_are_refused(tiny_model, tmp_path, key, val
 
 
 def test_an_unsupported_rope_scaling_is_refused(tiny_model, tmp_path):
-    path = copy_gguf(tiny_model("llama"), tmp_path / "yarn.gguf",
-                     keys={"llama.rope.scaling.type": ("yarn", GGUFValueType.STRING)})
-    refuses(path, "RoPE scaling 'yarn'", "llama.rope.scaling.type")
+    path = copy_gguf(tiny_model("llama"), tmp_path / "dynamic.gguf",
+                     keys={"llama.rope.scaling.type": ("dynamic", GGUFValueType.STRING)})
+    refuses(path, "RoPE scaling 'dynamic'", "llama.rope.scaling.type", "none, linear, yarn, longrope")
 
 
 @pytest.mark.parametrize("arch,name,shape,fragment", [
     ("qwen3", "blk.0.mystery.weight", (8, 64), "does not use"),
     # llama runs them (test_reference); llama.cpp's qwen3 has no place for them, nor has ggspec's
     ("qwen3", "rope_freqs.weight", (16,), "RoPE frequency factors"),
-    ("llama", "blk.0.attn_q.bias", (64,), "a bias"),
+    ("qwen3", "blk.0.attn_output.bias", (64,), "a bias"),
+    # LongRoPE factors serve phi3, and llama files whose rope.scaling.type says longrope
+    ("llama", "rope_factors_long.weight", (8,), "LongRoPE factors"),
 ])
 def test_a_tensor_the_graph_does_not_use_is_refused_by_name(tiny_model, tmp_path, arch, name, shape, fragment):
     path = copy_gguf(tiny_model(arch), tmp_path / "extra.gguf", tensors={name: np.ones(shape, np.float32)})
     refuses(path, name, fragment)
 
 
-def test_a_llama_file_with_partial_rotary_is_refused(tiny_model, tmp_path):
-    path = copy_gguf(tiny_model("llama"), tmp_path / "partial.gguf",
-                     keys={"llama.rope.dimension_count": (8, GGUFValueType.UINT32)})
-    refuses(path, "llama.rope.dimension_count 8", "differs from the head size 16")
+@pytest.mark.parametrize("arch,head", [("llama", 16), ("qwen2", 16), ("qwen3", 32)])
+def test_partial_rotary_is_refused_where_llama_cpp_asserts_whole_heads(tiny_model, tmp_path, arch, head):
+    path = copy_gguf(tiny_model(arch), tmp_path / "partial.gguf",
+                     keys={f"{arch}.rope.dimension_count": (8, GGUFValueType.UINT32)})
+    refuses(path, f"{arch}.rope.dimension_count 8", f"differs from the head size {head}")
+
+
+def test_a_fused_qkv_with_some_of_the_separate_biases_is_refused(tiny_model, tmp_path):
+    # llama.cpp adds separate biases to a fused product only when all three are there
+    path = copy_gguf(tiny_model("phi3"), tmp_path / "bias.gguf", tensors={"blk.1.attn_k.bias": np.ones(32, np.float32)})
+    refuses(path, "blk.1.attn_qkv.weight", "only some of the attn_q/attn_k/attn_v biases")
+
+
+def test_one_set_of_longrope_factors_without_the_other_is_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("phi3"), tmp_path / "long.gguf",
+                     tensors={"rope_factors_long.weight": np.ones(8, np.float32)})
+    refuses(path, "only one of rope_factors_long and rope_factors_short")
 
 
 def test_a_non_utf8_name_survives_into_the_message(tiny_model, tmp_path):

@@ -64,6 +64,35 @@ def test_llama_rope_options_match_reference(tiny_model, overrides):
         assert np.abs(plain_logits - ref_logits).max() > 1e-2
 
 
+PHI3_FACTORS = (tuple(np.geomspace(1.0, 6.0, 6).round(3)), tuple(np.geomspace(1.0, 1.5, 6).round(3)))
+
+
+@pytest.mark.parametrize("arch,overrides,n_ctx,without", [
+    # YaRN: ramps between interpolated and extrapolated pairs, and scales magnitudes
+    ("llama", {"rope_scaling": "yarn", "rope_scaling_factor": 4.0, "rope_original_context": 32}, 64,
+     {"rope_scaling": "linear"}),
+    ("qwen3", {"rope_scaling": "yarn", "rope_scaling_factor": 8.0, "rope_original_context": 16}, 64,
+     {"rope_scaling": "linear"}),
+    # LongRoPE picks its long factors past the training context, the short ones within it
+    ("phi3", {"n_rot": 12, "rope_factors": PHI3_FACTORS, "rope_original_context": 256, "rope_attn_factor": 1.19},
+     1024, {"n_rot": 12, "rope_factors": PHI3_FACTORS[::-1], "rope_original_context": 256, "rope_attn_factor": 1.19}),
+    ("phi3", {"n_rot": 12, "rope_factors": PHI3_FACTORS, "rope_original_context": 256, "rope_attn_factor": 1.19},
+     256, {"n_rot": 12, "rope_factors": PHI3_FACTORS[::-1], "rope_original_context": 256, "rope_attn_factor": 1.19}),
+    ("phi3", {"n_rot": 8}, 64, {}),                         # partial rotary
+    ("llama", {"fused_qkv": True, "qkv_bias": True}, 64, {"fused_qkv": True}),
+    ("gemma3", {"qkv_bias": True}, 64, {}),
+])
+def test_rope_scaling_and_projections_match_reference(tiny_model, arch, overrides, n_ctx, without):
+    path = tiny_model(arch, seed=9, **overrides)
+    tokens = np.random.default_rng(14).integers(3, 320, size=40).tolist()
+    ref_logits, _ = ReferenceModel(path, n_ctx=n_ctx).forward(tokens)
+    ours = ggspec.load(path, n_ctx=n_ctx, kv_type="f32").spec_forward(tokens, all_logits=True).logits
+    check_logits(ours, ref_logits, 1e-3)
+    # the option changes the result: a file read without it would not pass
+    other, _ = ReferenceModel(tiny_model(arch, seed=9, **without), n_ctx=n_ctx).forward(tokens)
+    assert np.abs(other - ref_logits).max() > 1e-2
+
+
 @pytest.mark.parametrize("overrides", [
     {"tied_output": False},
     {"sliding_window": None},

@@ -12,6 +12,7 @@ from tests.fixtures.tiny_vocab import MIN_VOCAB, spm_vocab
 from tests.fixtures.weight_encoding import encode_matrix
 from tests.reference import ggml_cpu
 from tests.reference.numpy_model import ReferenceModel, rope
+from tests.test_bad_input import copy_gguf
 
 ARCHS = ["llama", "qwen3", "gemma3"]
 FLOAT_AND_LEGACY_DTYPES = ["f32", "f16", "q8_0", "q4_0"]
@@ -284,9 +285,12 @@ def test_final_logit_softcapping(tmp_path):
 
 
 def test_reference_refuses_what_it_does_not_implement(tmp_path):
-    yarn = write_tiny_model(tmp_path / "y.gguf", "llama", metadata={"llama.rope.scaling.type": "yarn"})
-    with pytest.raises(NotImplementedError, match="yarn"):
-        ReferenceModel(yarn)
+    dynamic = write_tiny_model(tmp_path / "y.gguf", "llama", metadata={"llama.rope.scaling.type": "dynamic"})
+    with pytest.raises(NotImplementedError, match="dynamic"):
+        ReferenceModel(dynamic)
+    sinks = write_tiny_model(tmp_path / "s.gguf", "qwen2")
+    with pytest.raises(NotImplementedError, match="attn_sinks"):
+        ReferenceModel(copy_gguf(str(sinks), tmp_path / "s2.gguf", tensors={"blk.0.attn_sinks.weight": np.ones(4, np.float32)}))
 
 
 # --- real models -------------------------------------------------------------------------

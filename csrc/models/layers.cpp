@@ -19,15 +19,17 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const bool swa = hp.is_swa[il];
     const float base = swa ? hp.rope_base_swa : hp.rope_base;
     const float freq_scale = swa ? hp.rope_freq_scale_swa : hp.rope_freq_scale;
+    const int n_ctx_orig = (int) hp.n_ctx_orig;
     if (hp.n_pos_per_token > 1) {
         int sections[4];
         std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
-        return ggml_rope_multi(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, sections, hp.rope_type,
-                               (int) hp.n_ctx_train, base, freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f,
-                               /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
+        return ggml_rope_multi(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, sections, hp.rope_type, n_ctx_orig,
+                               base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.rope_beta_fast,
+                               hp.rope_beta_slow);
     }
     return ggml_rope_ext(g.ctx, x, g.positions, swa ? nullptr : g.w.rope_freqs, (int) hp.n_rot, hp.rope_type,
-                         (int) hp.n_ctx_train, base, freq_scale, /*ext_factor=*/0.0f, /*attn_factor=*/1.0f, /*beta_fast=*/32.0f, /*beta_slow=*/1.0f);
+                         n_ctx_orig, base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.rope_beta_fast,
+                         hp.rope_beta_slow);
 }
 
 std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
@@ -75,24 +77,47 @@ ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor 
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim * hp.n_head, g.n_rows);
 }
 
-ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
+QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
-    const LayerWeights & l = g.w.layers[il];
-    const int64_t n = g.n_rows, hd = hp.head_dim;
+    const int64_t n = g.n_rows, hd = hp.head_dim, n_q = hd * hp.n_head, n_kv = hp.n_embd_kv();
+    auto biased = [&](ggml_tensor * y, ggml_tensor * bias) { return bias ? ggml_add(ctx, y, bias) : y; };
+    if (!l.wqkv) {
+        return {ggml_reshape_3d(ctx, biased(g.matmul(l.wq, x), l.bq), hd, hp.n_head, n),
+                ggml_reshape_3d(ctx, biased(g.matmul(l.wk, x), l.bk), hd, hp.n_head_kv, n),
+                biased(g.matmul(l.wv, x), l.bv)};
+    }
+    ggml_tensor * qkv = g.matmul(l.wqkv, x);
+    if (l.bqkv) {
+        qkv = ggml_add(ctx, qkv, l.bqkv);
+    } else if (l.bq) {  // the three separate biases, concatenated as llama.cpp does
+        qkv = ggml_add(ctx, qkv, ggml_concat(ctx, ggml_concat(ctx, l.bq, l.bk, 0), l.bv, 0));
+    }
+    const size_t row = qkv->nb[1], el = ggml_element_size(qkv);
+    ggml_tensor * q = ggml_view_3d(ctx, qkv, hd, hp.n_head, n, hd * el, row, 0);
+    ggml_tensor * k = ggml_view_3d(ctx, qkv, hd, hp.n_head_kv, n, hd * el, row, n_q * el);
+    // V is written to the cache as contiguous rows.
+    ggml_tensor * v = ggml_cont(ctx, ggml_view_2d(ctx, qkv, n_kv, n, row, (n_q + n_kv) * el));
+    return {q, k, v};
+}
 
-    ggml_tensor * q = ggml_reshape_3d(ctx, g.matmul(l.wq, x), hd, hp.n_head, n);
-    ggml_tensor * k = ggml_reshape_3d(ctx, g.matmul(l.wk, x), hd, hp.n_head_kv, n);
-    ggml_tensor * v = g.matmul(l.wv, x);
+ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
+    const Hparams & hp = g.hp;
+    const LayerWeights & l = g.w.layers[il];
+    auto [q, k, v] = project_qkv(g, l, x);
     if (l.q_norm) q = rms_norm(g, q, l.q_norm);
     if (l.k_norm) k = rms_norm(g, k, l.k_norm);
     q = rope(g, il, q);
     k = rope(g, il, k);
-    if (hp.q_scale != 1.0f) q = ggml_scale(ctx, q, hp.q_scale);
+    if (hp.q_scale != 1.0f) q = ggml_scale(g.ctx, q, hp.q_scale);
     return g.matmul(l.wo, attend(g, il, q, k, v));
 }
 
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act) {
+    if (!l.ffn_gate) {  // fused [gate; up]: ggml's glu splits the row in halves
+        return g.matmul(l.ffn_down, act == FfnActivation::silu ? ggml_swiglu(g.ctx, g.matmul(l.ffn_up, x))
+                                                              : ggml_geglu(g.ctx, g.matmul(l.ffn_up, x)));
+    }
     ggml_tensor * gate = g.matmul(l.ffn_gate, x);
     ggml_tensor * up = g.matmul(l.ffn_up, x);
     ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(g.ctx, gate, up) : ggml_geglu_split(g.ctx, gate, up);

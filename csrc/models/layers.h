@@ -22,12 +22,21 @@ std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, g
 // returns the heads' outputs [hd * n_head, n] before the output projection.
 ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);
 
+// The pre-normed input's q [hd, n_head, n], k [hd, n_head_kv, n] and v
+// [hd * n_head_kv, n], with their biases: three products or one fused (phi3).
+struct QkvRows {
+    ggml_tensor * q;
+    ggml_tensor * k;
+    ggml_tensor * v;
+};
+QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x);
+
 // Pre-normed input -> q/k/v projections, optional per-head q/k norm, RoPE,
 // KV cache write, masked softmax attention, output projection.
 ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x);
 
 enum class FfnActivation { silu, gelu };
-// down(act(gate x) * up x)
+// down(act(gate x) * up x); with a fused ffn_up, gate and up are its halves.
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act);
 
 }  // namespace ggspec

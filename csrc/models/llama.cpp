@@ -1,10 +1,9 @@
 // llama (SmolLM2, Llama 2/3/3.1/3.2): pre-norm blocks, RoPE on adjacent pairs
 // (divided per pair by rope_freqs.weight where the file has it, as Llama 3.1's
-// frequency scaling is stored), SwiGLU.
+// frequency scaling is stored, or by LongRoPE factors), SwiGLU.
 // qwen3 shares this block and adds per-head q/k norms (see qwen3.cpp).
 #include "models/llama.h"
 
-#include "errors.h"
 #include "model_file.h"
 #include "models/layers.h"
 
@@ -24,14 +23,15 @@ ggml_tensor * build_llama_trunk(ForwardGraph & g) {
 static void load_llama(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     hp = read_common_hparams(file, "llama");
     hp.rope_type = GGML_ROPE_TYPE_NORMAL;
-    if (hp.n_rot != hp.head_dim) {  // llama.cpp refuses it too ("invalid n_rot")
-        throw ModelFormatError("llama.rope.dimension_count " + std::to_string(hp.n_rot) + " in '" + file.path() +
-                               "' differs from the head size " + std::to_string(hp.head_dim) +
-                               "; a llama file rotates whole heads");
-    }
+    require_full_rotary(file, hp);
     bind_embeddings(file, hp, w);
     bind_layers(file, hp, LayerOptions{}, w);
-    w.rope_freqs = file.tensor_or_null("rope_freqs.weight", {hp.n_rot / 2});
+    // As llama.cpp: a LongRoPE file's two sets of factors, any other's rope_freqs.
+    if (hp.rope_scaling == "longrope") {
+        bind_longrope_factors(file, hp, w);
+    } else {
+        w.rope_freqs = file.tensor_or_null("rope_freqs.weight", {hp.n_rot / 2});
+    }
 }
 
 extern const Architecture kLlama = {"llama", load_llama, build_llama_trunk};

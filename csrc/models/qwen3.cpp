@@ -8,6 +8,7 @@ namespace ggspec {
 static void load_qwen3(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     hp = read_common_hparams(file, "qwen3");
     hp.rope_type = GGML_ROPE_TYPE_NEOX;
+    require_full_rotary(file, hp);
     bind_embeddings(file, hp, w);
     bind_layers(file, hp, LayerOptions{/*qk_norm=*/true, /*post_norms=*/false}, w);
 }

@@ -5,10 +5,12 @@ namespace ggspec {
 
 extern const Architecture kLlama;
 extern const Architecture kQwen3;
+extern const Architecture kQwen2;
+extern const Architecture kPhi3;
 extern const Architecture kGemma3;
 extern const Architecture kQwen35;
 
-static const Architecture * const kArchitectures[] = {&kLlama, &kQwen3, &kGemma3, &kQwen35};
+static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kQwen35};
 
 const Architecture * find_architecture(const std::string & name) {
     for (const Architecture * a : kArchitectures) {

@@ -40,7 +40,8 @@ class Base:
 
 
 def write_bases(root: Path) -> list[Base]:
-    """The project's tiny files: the fixture writers' llama, qwen3, gemma3, qwen35 and DFlash files."""
+    """The project's tiny files: the fixture writers' llama (one with YaRN), qwen2, qwen3, phi3 (with
+    LongRoPE factors and partial rotary), gemma3, qwen35 and DFlash files."""
     from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
     from tests.fixtures.tiny_models import write_tiny_model
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
@@ -50,6 +51,12 @@ def write_bases(root: Path) -> list[Base]:
     files = {
         "llama-f32": (write_tiny_model(root / "llama.gguf", "llama", seed=3), None),
         "llama-q8_0": (write_tiny_model(root / "llama-q8.gguf", "llama", dtype="q8_0", seed=4), None),
+        "llama-yarn": (write_tiny_model(root / "llama-yarn.gguf", "llama", seed=5, rope_scaling="yarn",
+                                        rope_scaling_factor=4.0, rope_original_context=256), None),
+        "qwen2-f32": (write_tiny_model(root / "qwen2.gguf", "qwen2", seed=6), None),
+        "phi3-q8_0": (write_tiny_model(root / "phi3.gguf", "phi3", dtype="q8_0", seed=7, n_rot=12,
+                                       rope_factors=([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0] * 6),
+                                       rope_original_context=256, rope_attn_factor=1.2), None),
         "gemma3-f16": (write_tiny_model(root / "gemma3.gguf", "gemma3", dtype="f16", n_layer=3), None),
         "qwen3-f32": (qwen3, None),
         "qwen35-f32": (write_tiny_qwen35(root / "qwen35.gguf"), None),

@@ -61,7 +61,7 @@ def _c_library_f32(name: str):
     return np.vectorize(function, otypes=[np.float32])
 
 
-cosf, sinf, tanhf, c_expf = (_c_library_f32(name) for name in ("cosf", "sinf", "tanhf", "expf"))
+cosf, sinf, tanhf, c_expf, logf = (_c_library_f32(name) for name in ("cosf", "sinf", "tanhf", "expf", "logf"))
 
 
 # --- quantized dot products ------------------------------------------------------------------
@@ -390,23 +390,63 @@ def gelu_f16_table(x: np.ndarray) -> np.ndarray:
 # --- rope -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Yarn:
+    """ggml_rope_ext's YaRN arguments: ext_factor 0 turns it off; attn_factor multiplies
+    every cos and sin either way."""
+    ext_factor: float = 0.0
+    attn_factor: float = 1.0
+    n_ctx_orig: int = 0
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+
+
+_NO_YARN = Yarn()
+
+
+def _yarn_corr_dims(n_rot: int, n_ctx_orig: int, freq_base: float, beta_fast: float, beta_slow: float):
+    """ggml_rope_yarn_corr_dims: the pair range over which YaRN ramps from interpolation
+    to extrapolation, in f32."""
+    f = np.float32
+
+    def corr_dim(beta: float) -> np.float32:
+        turns = f(n_ctx_orig) / (f(beta) * f(2) * f(np.pi))
+        return f(n_rot) * logf(turns) / (f(2) * logf(f(freq_base)))
+
+    start, end = np.floor(corr_dim(beta_fast)), np.ceil(corr_dim(beta_slow))
+    return f(max(0.0, start)), f(min(n_rot - 1, end))
+
+
 @functools.cache
 def rope_cache(n_pos: int, n_rot: int, freq_base: float, freq_scale: float,
-               freq_factors: tuple[float, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) [n_pos, n_rot / 2] of ggml_rope_cache_init with ext_factor 0, at positions
-    0..n_pos-1: pair i turns by freq_scale * (pos * theta_scale^i / freq_factors[i]), the power
-    taken as one f32 multiply per pair (theta_scale = powf(freq_base, -2/n_rot)), so its rounding
-    grows with i. Read-only, as it is cached.
+               freq_factors: tuple[float, ...] | None = None, yarn: Yarn = _NO_YARN) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) [n_pos, n_rot / 2] of ggml_rope_cache_init at positions 0..n_pos-1: pair i's
+    extrapolated angle is pos * theta_scale^i / freq_factors[i], the power taken as one f32
+    multiply per pair (theta_scale = powf(freq_base, -2/n_rot)), so its rounding grows with
+    i; scaled by freq_scale, or with YaRN mixed with the unscaled angle by the ramp between
+    the correction dims, and the magnitude multiplied by attn_factor (times
+    1 + 0.1 ln(1/freq_scale) with YaRN), in ggml's order with its fused multiply-adds.
+    Read-only, as it is cached.
     """
-    theta_scale = np.float32(freq_base) ** (np.float32(-2) / np.float32(n_rot))
+    f = np.float32
+    theta_scale = f(freq_base) ** (f(-2) / f(n_rot))
     theta = np.empty((n_pos, n_rot // 2), dtype=np.float32)
     theta[:, 0] = np.arange(n_pos, dtype=np.float32)
     for i in range(1, n_rot // 2):
         theta[:, i] = theta[:, i - 1] * theta_scale
     if freq_factors is not None:
         theta = theta / np.asarray(freq_factors, np.float32)[: n_rot // 2]
-    theta *= np.float32(freq_scale)
-    cos, sin = cosf(theta), sinf(theta)
+    interpolated = theta * f(freq_scale)
+    mscale = f(yarn.attn_factor)
+    if yarn.ext_factor != 0.0:
+        low, high = _yarn_corr_dims(n_rot, yarn.n_ctx_orig, freq_base, yarn.beta_fast, yarn.beta_slow)
+        y = (np.arange(n_rot // 2, dtype=np.float32) - low) / max(f(0.001), f(high - low))
+        mix = (f(1) - np.minimum(f(1), np.maximum(f(0), y))) * f(yarn.ext_factor)
+        interpolated = fma(interpolated, f(1) - mix, theta * mix)
+        mscale = mscale * fma(f(0.1), logf(f(1) / f(freq_scale)), f(1))
+    cos, sin = cosf(interpolated), sinf(interpolated)
+    if mscale != 1:
+        cos, sin = cos * mscale, sin * mscale
     cos.flags.writeable = sin.flags.writeable = False
     return cos, sin
 

@@ -1,8 +1,8 @@
 """Hyperparameters of a GGUF model as llama.cpp derives them, absent-key defaults included.
 
 Sources: llama_model_base::load_hparams and the per-arch load_arch_hparams
-(src/models/{llama,qwen3,gemma3}.cpp), llama_hparams::set_swa_pattern, and
-llama_context's rope parameters (linear scaling only; ext_factor is 0 unless YaRN).
+(src/models/{llama,qwen2,qwen3,phi3,gemma3}.cpp), llama_hparams::set_swa_pattern, and
+llama_context's rope parameters (none, linear, YaRN and LongRoPE scaling).
 """
 
 import math
@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 from gguf import GGUFReader
 
-SUPPORTED_ARCHS = ("llama", "qwen3", "gemma3")
+from tests.reference.ggml_cpu import Yarn, logf
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
 
 # llama.cpp's LLAMA_ROPE_TYPE_* per arch: llama rotates adjacent pairs, the others
 # rotate (x[i], x[i + n_rot/2]).
-_ROPE_MODE = {"llama": "normal", "qwen3": "neox", "gemma3": "neox"}
+_ROPE_MODE = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "phi3": "neox", "gemma3": "neox"}
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,12 @@ class HParams:
     # Per layer, because gemma3's SWA layers use their own rope base and scale.
     rope_freq_base: tuple[float, ...]
     rope_freq_scale: tuple[float, ...]
+    rope_scaling: str  # none, linear, yarn or longrope
+    yarn: Yarn         # ext_factor, attn_factor and YaRN's range, for every layer
     # 1/sqrt(head size), an f32 as llama.cpp computes it: the softmax scales q.k by it
-    # (gemma3: q is scaled by it before the product instead).
+    # (gemma3 and phi3: q is scaled by it before the product instead).
     attn_scale: float
+    scale_q: bool
     # Per layer: keys at p0 are hidden from queries at p1 when p1 - p0 >= n_swa.
     is_swa: tuple[bool, ...]
     n_swa: int
@@ -65,19 +70,28 @@ def _scalar(reader: GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
     return value
 
 
-def _rope_freq_scale(reader: GGUFReader, arch: str) -> float:
+def _rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[str, float, Yarn]:
+    """(type, freq_scale, YaRN arguments) as llama_context derives them, in f32."""
+    f = np.float32
     scaling = _get(reader, f"{arch}.rope.scaling.type", "linear")
-    if scaling not in ("linear", "none"):
+    if scaling not in ("linear", "none", "yarn", "longrope"):
         raise NotImplementedError(f"rope scaling {scaling!r} is not supported by the reference")
-    if _get(reader, f"{arch}.rope.scaling.attn_factor", 1.0) != 1.0:
-        raise NotImplementedError("rope.scaling.attn_factor != 1 is not supported by the reference")
     # llama.cpp falls back to the old key only when the new one is absent.
     field = reader.get_field(f"{arch}.rope.scaling.factor")
     if field is None:
         field = reader.get_field(f"{arch}.rope.scale_linear")
     factor = 0.0 if field is None else field.contents()
     # Scaling type "none" never scales; a factor of 0 means no factor.
-    return 1.0 if scaling == "none" or factor == 0.0 else 1.0 / factor
+    freq_scale = f(1) if scaling == "none" or factor == 0.0 else f(1) / f(factor)
+    ext_factor = 1.0 if scaling == "yarn" else 0.0
+    attn_factor = f(1)
+    if ext_factor:  # mscale(factor), cancelled by what ggml's rope multiplies in again
+        inverse = f(1) / freq_scale
+        attn_factor = f(1) if inverse <= 1 else f(0.1) * logf(inverse) + f(1)
+        attn_factor = attn_factor * (f(1) / (f(1) + f(0.1) * logf(inverse)))
+    attn_factor = attn_factor * f(_get(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
+    n_ctx_orig = _get(reader, f"{arch}.rope.scaling.original_context_length", n_ctx_train)
+    return scaling, float(freq_scale), Yarn(ext_factor, float(attn_factor), n_ctx_orig)
 
 
 def _swa_layers(reader: GGUFReader, arch: str, n_layer: int) -> tuple[tuple[bool, ...], int]:
@@ -109,7 +123,7 @@ def read_hparams(reader: GGUFReader) -> HParams:
     n_rot = _scalar(reader, f"{arch}.rope.dimension_count", head_dim_k)
 
     freq_base = _scalar(reader, f"{arch}.rope.freq_base", 10000.0)
-    freq_scale = _rope_freq_scale(reader, arch)
+    scaling, freq_scale, yarn = _rope_scaling(reader, arch, _scalar(reader, f"{arch}.context_length", 2048))
     is_swa, n_swa = _swa_layers(reader, arch, n_layer)
     freq_base_swa = _scalar(reader, f"{arch}.rope.freq_base_swa", 10000.0)
 
@@ -140,7 +154,10 @@ def read_hparams(reader: GGUFReader) -> HParams:
         rope_mode=_ROPE_MODE[arch],
         rope_freq_base=tuple(freq_base_swa if swa else freq_base for swa in is_swa),
         rope_freq_scale=tuple(1.0 if swa else freq_scale for swa in is_swa),
+        rope_scaling=scaling,
+        yarn=yarn,
         attn_scale=attn_scale,
+        scale_q=arch in ("gemma3", "phi3"),
         is_swa=is_swa,
         n_swa=n_swa,
         embd_scale=embd_scale,

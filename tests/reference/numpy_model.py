@@ -1,6 +1,6 @@
 """The first oracle: an independent NumPy forward pass over a GGUF model file.
 
-It follows llama.cpp's semantics for the llama, qwen3 and gemma3 architectures
+It follows llama.cpp's semantics for the llama, qwen2, qwen3, phi3 and gemma3 architectures
 (src/models/*.cpp there) and knows nothing of ggspec's C++ code, so ggspec's logits
 and hidden states are checked against it. It runs the whole sequence from position 0
 with causal attention, no KV cache (as llama.cpp with an f32 KV cache computes it),
@@ -20,8 +20,14 @@ Q8_0, Q4_K and Q6_K models, SmolLM2 (Q4_1, Q8_0) and Gemma 3 270M (Q4_K_M) give
 identical logits.
 
 Per architecture:
-    llama:  RMSNorm; rope NORMAL (adjacent pairs); GQA attention scaled 1/sqrt(head_dim);
-            SwiGLU FFN down(silu(gate x) * up x); LM head = token_embd when output.weight is absent.
+    llama:  RMSNorm; rope NORMAL (adjacent pairs), divided by rope_freqs.weight or LongRoPE
+            factors; GQA attention scaled 1/sqrt(head_dim); SwiGLU FFN down(silu(gate x) * up x);
+            LM head = token_embd when output.weight is absent. Every architecture takes q/k/v
+            as three matrices or one attn_qkv, each with an optional bias (create_tensor_qkv).
+    qwen2:  llama with q/k/v biases; rope NEOX.
+    phi3:   llama with fused attn_qkv and a fused [gate; up] ffn_up; rope NEOX, possibly
+            partial, with LongRoPE's long factors past the training context, short ones
+            within it; q scaled after rope instead of the scores.
     qwen3:  llama plus per-head RMSNorm of q and k before rope; rope NEOX (x[i], x[i + n_rot/2]).
     gemma3: embeddings times sqrt(n_embd); per-head q/k RMSNorm, then NEOX rope; q scaled
             before the softmax rather than the scores; sliding-window layers (own rope base,
@@ -38,14 +44,18 @@ from gguf import GGMLQuantizationType, GGUFReader, quants
 from tests.reference import ggml_cpu
 from tests.reference.hparams import HParams, read_hparams
 
-_LAYER_TENSORS = {
-    "attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down",
-}
+_LAYER_TENSORS = {"attn_norm", "attn_output", "ffn_norm", "ffn_down"}
 _ARCH_LAYER_TENSORS = {
-    "llama": set(),
-    "qwen3": {"attn_q_norm", "attn_k_norm"},
-    "gemma3": {"attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"},
+    "llama": {"ffn_gate", "ffn_up"},
+    "qwen2": {"ffn_gate", "ffn_up"},
+    "qwen3": {"ffn_gate", "ffn_up", "attn_q_norm", "attn_k_norm"},
+    "phi3": {"ffn_up"},
+    "gemma3": {"ffn_gate", "ffn_up", "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"},
 }
+# q, k and v: three matrices or one, each with an optional bias
+_PROJECTIONS = ("attn_q", "attn_k", "attn_v")
+_OPTIONAL_LAYER_TENSORS = {f"{name}.{kind}" for name in (*_PROJECTIONS, "attn_qkv") for kind in ("weight", "bias")}
+_LONGROPE = ("rope_factors_long.weight", "rope_factors_short.weight")
 
 
 # ggml's SIMD dot products sum 32 elements at a time before a scalar tail, so the length
@@ -66,16 +76,16 @@ def rms_norm(x: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
 
 
 def rope(x: np.ndarray, n_rot: int, mode: str, freq_base: float, freq_scale: float,
-         freq_factors: np.ndarray | None = None) -> np.ndarray:
-    """Rotate x [T, n_heads, head_dim] at positions 0..T-1, as ggml_rope_ext with ext_factor 0,
-    in f32.
+         freq_factors: np.ndarray | None = None, yarn: ggml_cpu.Yarn = ggml_cpu.Yarn()) -> np.ndarray:
+    """Rotate x [T, n_heads, head_dim] at positions 0..T-1, as ggml_rope_ext, in f32.
 
-    Pair i (i < n_rot/2) turns by pos * freq_scale * freq_base^(-2i/n_rot); dims past
-    n_rot are left as they are. NORMAL pairs (x[2i], x[2i+1]), NEOX (x[i], x[i + n_rot/2]).
-    freq_factors (llama's rope_freqs.weight) divide each pair's angle.
+    Pair i (i < n_rot/2) turns by pos * freq_scale * freq_base^(-2i/n_rot) (with YaRN,
+    mixed with the unscaled angle; see ggml_cpu.rope_cache); dims past n_rot are left
+    as they are. NORMAL pairs (x[2i], x[2i+1]), NEOX (x[i], x[i + n_rot/2]).
+    freq_factors (llama's rope_freqs.weight, LongRoPE's factors) divide each pair's angle.
     """
     factors = None if freq_factors is None else tuple(float(f) for f in freq_factors)  # hashable: cached
-    cos, sin = ggml_cpu.rope_cache(x.shape[0], n_rot, freq_base, freq_scale, factors)
+    cos, sin = ggml_cpu.rope_cache(x.shape[0], n_rot, freq_base, freq_scale, factors, yarn)
     cos, sin = cos[:, None, :], sin[:, None, :]
     out = np.array(x, dtype=np.float32)
     if mode == "normal":
@@ -116,13 +126,15 @@ class ReferenceModel:
     """A GGUF model held as dequantized float32 tensors (quantized matrices also as their
     integer quants), with a NumPy forward pass."""
 
-    def __init__(self, model: str | Path | GGUFReader):
+    def __init__(self, model: str | Path | GGUFReader, n_ctx: int = 4096):
+        """n_ctx: the context the model runs with, which picks LongRoPE's factors."""
         # An open reader may be passed in: GGUFReader takes most of the load time on
         # large vocabularies (~25 s for Gemma 3's 262k tokens), so callers can share one.
         reader = model if isinstance(model, GGUFReader) else GGUFReader(model)
         self.hparams: HParams = read_hparams(reader)
         self._load_tensors(reader)
         self._check_tensor_names()
+        self.rope_factors = self._rope_factors(n_ctx)
 
     def _load_tensors(self, reader: GGUFReader) -> None:
         # np.array copies out of the file's memory map, once per tensor.
@@ -134,18 +146,34 @@ class ReferenceModel:
                           for t in reader.tensors if t.tensor_type not in _FLOAT_TYPES}
 
     def _check_tensor_names(self) -> None:
-        """Refuse files with tensors this forward would silently ignore (biases, rope factors, ...)."""
-        per_layer = _LAYER_TENSORS | _ARCH_LAYER_TENSORS[self.hparams.arch]
-        known = {"token_embd.weight", "output_norm.weight", "output.weight"}
-        if self.hparams.arch == "llama":
-            known.add("rope_freqs.weight")
-        known |= {f"blk.{i}.{name}.weight" for i in range(self.hparams.n_layer) for name in per_layer}
-        unknown = sorted(set(self.weights) - known)
+        """Refuse files with tensors this forward would silently ignore (rope factors of
+        another architecture, sinks, ...), or without the ones it needs."""
+        hp = self.hparams
+        per_layer = {f"{name}.weight" for name in _LAYER_TENSORS | _ARCH_LAYER_TENSORS[hp.arch]}
+        required = {"token_embd.weight", "output_norm.weight"}
+        required |= {f"blk.{i}.{name}" for i in range(hp.n_layer) for name in per_layer}
+        optional = {"output.weight"} | {f"blk.{i}.{name}" for i in range(hp.n_layer) for name in _OPTIONAL_LAYER_TENSORS}
+        if hp.arch == "phi3" or hp.rope_scaling == "longrope":
+            optional |= set(_LONGROPE)
+        elif hp.arch == "llama":
+            optional.add("rope_freqs.weight")
+        unknown = sorted(set(self.weights) - required - optional)
         if unknown:
             raise NotImplementedError(f"tensors not supported by the reference: {unknown[:8]}")
-        missing = sorted(known - {"output.weight", "rope_freqs.weight"} - set(self.weights))
+        missing = sorted(required - set(self.weights))
+        for i in range(hp.n_layer):
+            if f"blk.{i}.attn_qkv.weight" not in self.weights:
+                missing += [f"blk.{i}.{name}.weight" for name in _PROJECTIONS if f"blk.{i}.{name}.weight" not in self.weights]
         if missing:
             raise ValueError(f"model file lacks tensors: {missing[:8]}")
+
+    def _rope_factors(self, n_ctx: int) -> np.ndarray | None:
+        """What divides each pair's angle: rope_freqs.weight, or LongRoPE's long factors when
+        the context (padded to 256, as llama.cpp pads it) exceeds the training context."""
+        if _LONGROPE[0] in self.weights:
+            padded = -(-n_ctx // 256) * 256
+            return self.weights[_LONGROPE[0] if padded > self.hparams.yarn.n_ctx_orig else _LONGROPE[1]]
+        return self.weights.get("rope_freqs.weight")
 
     def _matmul(self, x: np.ndarray, name: str) -> np.ndarray:
         """ggml_mul_mat(W, x) = x @ W^T, W stored [n_out, n_in], as ggml's CPU computes it."""
@@ -189,17 +217,18 @@ class ReferenceModel:
         n_pos = x.shape[0]
 
         cur = rms_norm(x, w[blk + "attn_norm.weight"], hp.rms_eps)
-        q = self._matmul(cur, blk + "attn_q.weight").reshape(n_pos, hp.n_head, hp.head_dim_k)
-        k = self._matmul(cur, blk + "attn_k.weight").reshape(n_pos, hp.n_head_kv, hp.head_dim_k)
-        v = self._matmul(cur, blk + "attn_v.weight").reshape(n_pos, hp.n_head_kv, hp.head_dim_v)
+        q, k, v = self._project_qkv(blk, cur)
+        q = q.reshape(n_pos, hp.n_head, hp.head_dim_k)
+        k = k.reshape(n_pos, hp.n_head_kv, hp.head_dim_k)
+        v = v.reshape(n_pos, hp.n_head_kv, hp.head_dim_v)
         if hp.arch in ("qwen3", "gemma3"):
             q = rms_norm(q, w[blk + "attn_q_norm.weight"], hp.rms_eps)
             k = rms_norm(k, w[blk + "attn_k_norm.weight"], hp.rms_eps)
-        factors = w.get("rope_freqs.weight") if hp.arch == "llama" else None
-        q = rope(q, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il], factors)
-        k = rope(k, hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il], factors)
+        rope_args = (hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il],
+                     None if hp.is_swa[il] else self.rope_factors, hp.yarn)
+        q, k = rope(q, *rope_args), rope(k, *rope_args)
         kq_scale = np.float32(hp.attn_scale)
-        if hp.arch == "gemma3":  # llama.cpp scales q by it, then runs the softmax unscaled
+        if hp.scale_q:  # llama.cpp scales q by it, then runs the softmax unscaled
             q, kq_scale = q * kq_scale, np.float32(1)
         attn = self._matmul(attention(q, k, v, kq_scale, masked), blk + "attn_output.weight")
         if hp.arch == "gemma3":
@@ -207,10 +236,30 @@ class ReferenceModel:
         x = x + attn
 
         cur = rms_norm(x, w[blk + "ffn_norm.weight"], hp.rms_eps)
-        gate = self._matmul(cur, blk + "ffn_gate.weight")
-        up = self._matmul(cur, blk + "ffn_up.weight")
+        if blk + "ffn_gate.weight" in w:
+            gate, up = self._matmul(cur, blk + "ffn_gate.weight"), self._matmul(cur, blk + "ffn_up.weight")
+        else:  # fused: ggml's swiglu takes the row's first half as the gate
+            gate, up = np.split(self._matmul(cur, blk + "ffn_up.weight"), 2, axis=-1)
         act = ggml_cpu.gelu_f16_table(gate) if hp.arch == "gemma3" else ggml_cpu.silu(gate)
         ffn = self._matmul(act * up, blk + "ffn_down.weight")
         if hp.arch == "gemma3":
             ffn = rms_norm(ffn, w[blk + "post_ffw_norm.weight"], hp.rms_eps)
         return x + ffn
+
+    def _project_qkv(self, blk: str, cur: np.ndarray) -> list[np.ndarray]:
+        """q, k, v [T, width] from three products or one fused, with their biases."""
+        w = self.weights
+        if blk + "attn_qkv.weight" in w:
+            qkv = self._matmul(cur, blk + "attn_qkv.weight")
+            if blk + "attn_qkv.bias" in w:
+                qkv = qkv + w[blk + "attn_qkv.bias"]
+            elif blk + "attn_q.bias" in w:
+                qkv = qkv + np.concatenate([w[f"{blk}{name}.bias"] for name in _PROJECTIONS])
+            hp = self.hparams
+            n_q, n_kv = hp.n_head * hp.head_dim_k, hp.n_head_kv * hp.head_dim_k
+            return np.split(qkv, [n_q, n_q + n_kv], axis=-1)
+        out = []
+        for name in _PROJECTIONS:
+            y = self._matmul(cur, f"{blk}{name}.weight")
+            out.append(y + w[f"{blk}{name}.bias"] if f"{blk}{name}.bias" in w else y)
+        return out
