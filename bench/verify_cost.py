@@ -1,11 +1,13 @@
-"""What a k-row verify costs, with ggspec's multi-row LM-head kernel and without it.
+"""What a k-row verify costs against a one-row step, on each multi-row kernel path.
 
-    python -m bench.verify_cost --model M.gguf [-t 2] [--context 300] [--repeats 5]
+    python -m bench.verify_cost --model M.gguf [-t 2] [--context 300] [--repeats 5] [--paths vnni,avx2,off]
 
-Each side decodes the same context, then times one k-row verify forward per k (LM
-head on every row, argmax in the graph, then a rewind); rounds alternate which side
-goes first. Prints a Markdown table of medians: ms per verify and
-per row, and the kernel's speedup. The two sides' argmax ids are checked equal.
+Each path loads the model, decodes the same context, then times a one-row step and
+one k-row verify per k (LM head on every row, argmax in the graph, then a rewind).
+Rounds rotate the order of the paths so that drift favours none. Prints a Markdown
+table of medians: ms per verify and its cost in one-row steps (the speculation
+lever: a draft must land more tokens per verify than that ratio to pay), per path.
+The paths' argmax ids are checked equal.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ import time
 import numpy as np
 
 import ggspec
-from bench.harness import alternating
+from ggspec import _core
 
-ROWS = (1, 2, 3, 4, 8, 16, 32, 64)
+ROWS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.ndarray]:
@@ -31,12 +33,10 @@ def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.nd
     return elapsed, ids
 
 
-def measure_side(args, kernel: bool, context: np.ndarray,
+def measure_path(args, path: str, context: np.ndarray,
                  verifies: dict[int, np.ndarray]) -> dict[int, tuple[float, np.ndarray]]:
-    """One side at a time: two loaded targets would each keep a spinning threadpool."""
-    target = ggspec.load(args.model, n_threads=args.threads, n_ctx=args.context + 128, row_kernels=kernel)
-    if kernel and not target.lm_head_row_kernel:
-        print("note: the multi-row kernel is not usable here (CPU or LM-head type); both sides run ggml_mul_mat")
+    """One path at a time: two loaded targets would each keep a spinning threadpool."""
+    target = ggspec.load(args.model, n_threads=args.threads, n_ctx=args.context + 128, row_kernels=path)
     target.spec_forward(context)
     out = {}
     for k, tokens in verifies.items():
@@ -50,28 +50,38 @@ def main() -> None:
     p.add_argument("--model", required=True)
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--context", type=int, default=300, help="positions decoded before the verifies")
-    p.add_argument("--repeats", type=int, default=5, help="rounds, alternating which side runs first")
+    p.add_argument("--repeats", type=int, default=5, help="rounds, each path once per round")
+    p.add_argument("--paths", default=",".join([*_core.row_kernel_paths(), "off"]),
+                   help="comma-separated row_kernels values (default: every path this CPU runs, and off)")
     args = p.parse_args()
+    paths = args.paths.split(",")
 
     n_vocab = ggspec.load(args.model, n_ctx=16).n_vocab
     rng = np.random.default_rng(0)
     context = rng.integers(0, n_vocab, args.context, dtype=np.int32)
     verifies = {k: rng.integers(0, n_vocab, k, dtype=np.int32) for k in ROWS}
-    times: dict[bool, dict[int, list[float]]] = {False: {k: [] for k in ROWS}, True: {k: [] for k in ROWS}}
-    ids: dict[bool, dict[int, np.ndarray]] = {}
-    for _, kernel in alternating(args.repeats, False, True):
-        results = measure_side(args, kernel, context, verifies)
+    times = {path: {k: [] for k in ROWS} for path in paths}
+    ids: dict[str, dict[int, np.ndarray]] = {}
+    for round_ in range(args.repeats):
+        for path in paths[round_ % len(paths):] + paths[:round_ % len(paths)]:
+            results = measure_path(args, path, context, verifies)
+            for k in ROWS:
+                times[path][k].append(results[k][0] * 1e3)
+            ids[path] = {k: results[k][1] for k in ROWS}
+    for path in paths[1:]:
         for k in ROWS:
-            times[kernel][k].append(results[k][0] * 1e3)
-        ids[kernel] = {k: results[k][1] for k in ROWS}
-        for k in ROWS:
-            if len(ids) == 2 and not np.array_equal(ids[False][k], ids[True][k]):
-                raise SystemExit(f"argmax differs between the kernel and ggml_mul_mat at {k} rows")
+            if not np.array_equal(ids[path][k], ids[paths[0]][k]):
+                raise SystemExit(f"argmax differs between row_kernels {paths[0]} and {path} at {k} rows")
 
-    print("| rows | ggml ms | ms/row | kernel ms | ms/row | speedup |\n|---|---|---|---|---|---|")
+    print(f"{args.model}, {args.threads} threads, median of {args.repeats}")
+    print("| rows | " + " | ".join(f"{p} ms | {p} steps" for p in paths) + " |")
+    print("|---|" + "---|---|" * len(paths))
     for k in ROWS:
-        a, b = statistics.median(times[False][k]), statistics.median(times[True][k])
-        print(f"| {k} | {a:.1f} | {a / k:.1f} | {b:.1f} | {b / k:.1f} | {a / b:.2f}x |")
+        cells = []
+        for path in paths:
+            ms, one = statistics.median(times[path][k]), statistics.median(times[path][1])
+            cells.append(f"{ms:.1f} | {ms / one:.2f}")
+        print(f"| {k} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "errors.h"
-#include "kernels/q8_dot_rows.h"
+#include "kernels/row_matmul.h"
 #include "target.h"
 
 namespace py = pybind11;
@@ -185,7 +185,7 @@ PYBIND11_MODULE(_core, m) {
     py::class_<Target>(m, "Target")
         .def(py::init([](const std::string & path, int64_t n_ctx, int n_threads, const std::string & device,
                          const std::string & kv_type, int64_t prefill_chunk, int64_t max_verify_rows,
-                         double graph_budget_mb, bool row_kernels, const std::string & recurrent_rollback,
+                         double graph_budget_mb, const std::string & row_kernels, const std::string & recurrent_rollback,
                          double recurrent_snapshot_mb) {
                  TargetOptions o;
                  o.n_ctx = n_ctx;
@@ -204,7 +204,7 @@ PYBIND11_MODULE(_core, m) {
              }),
              py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0, py::arg("device") = "auto",
              py::arg("kv_type") = "f16", py::arg("prefill_chunk") = 512, py::arg("max_verify_rows") = 65,
-             py::arg("graph_budget_mb") = 0.0, py::arg("row_kernels") = true,
+             py::arg("graph_budget_mb") = 0.0, py::arg("row_kernels") = "auto",
              py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
              py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0,
@@ -250,6 +250,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("device", &Target::device_name)
         .def_property_readonly("n_threads", &Target::n_threads)
         .def_property_readonly("lm_head_row_kernel", &Target::lm_head_row_kernel)
+        .def_property_readonly("row_kernels", &Target::row_kernels)
         .def_property_readonly("weight_bytes", &Target::weight_bytes)
         .def_property_readonly("kv_bytes", &Target::kv_bytes)
         .def_property_readonly("arch", [](const Target & t) { return t.hparams().arch; })
@@ -269,7 +270,15 @@ PYBIND11_MODULE(_core, m) {
             return out;
         },
         py::arg("type_name"), py::arg("data"), "ggml's quantization of f32 rows (for writing test models).");
-    m.def("row_kernel_cpu", &q8_dot_rows_supported,
-          "Whether this CPU runs the multi-row kernel (whether a model uses it also needs its weight types and a "
-          "probe that matches ggml's bits).");
+    m.def(
+        "row_kernel_paths",
+        [] {
+            std::vector<std::string> paths;
+            for (RowKernels path : {RowKernels::vnni, RowKernels::avx2}) {
+                if (row_kernels_cpu(path)) paths.push_back(row_kernels_name(path));
+            }
+            return paths;
+        },
+        "The multi-row kernel paths this CPU runs, best first (whether a model uses one also needs its weight "
+        "types and a probe that matches ggml's bits).");
 }

@@ -17,7 +17,7 @@ struct DrafterOptions {
     int64_t n_ctx;
     int64_t max_rows;      // the most rows one graph takes (longer catch-ups run in chunks)
     ggml_type kv_type;
-    bool row_kernels;
+    RowKernels row_kernels;
     size_t graph_budget_bytes;
 };
 

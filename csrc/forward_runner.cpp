@@ -26,7 +26,8 @@ void set_input(ggml_tensor * t, const void * data) {
 
 }  // namespace
 
-GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes)
+GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels,
+                         size_t graph_budget_bytes)
     : backend_(backend), body_(body), row_kernels_(row_kernels), graphs_(graph_budget_bytes) {}
 
 std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {

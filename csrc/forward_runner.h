@@ -50,7 +50,7 @@ struct Chunk {
 
 class GraphRunner {
 public:
-    GraphRunner(ggml_backend_t backend, const ModelBody & body, bool row_kernels, size_t graph_budget_bytes);
+    GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels, size_t graph_budget_bytes);
 
     // The one loop every caller runs: n rows at positions kv.seq_len().. as graphs of at
     // most max_rows. Each chunk's key gets its row count and KV lengths here and the
@@ -84,7 +84,7 @@ private:
     ModelBody body_;
     ggml_context_ptr single_ctx_;  // per_op: the one-node graph each node runs in
     ggml_cgraph * single_ = nullptr;
-    bool row_kernels_;
+    RowKernels row_kernels_;
     GraphCache graphs_;
     uint64_t computes_ = 0;
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <utility>
 
 #include "errors.h"
 #include "model_file.h"
@@ -30,22 +32,29 @@ void require_positive(const std::string & key, int64_t v) {
 // attn_factor = mscale(factor) / (1 + 0.1 ln factor), which ggml's rope then
 // multiplies by its own (1 + 0.1 ln factor); rope.scaling.attn_factor multiplies
 // every type's. The YaRN keys llama.cpp reads only for other architectures
-// (yarn_ext_factor, yarn_beta_*) are left alone here too.
+// (yarn_ext_factor, yarn_beta_*) are left alone here too (layers.cpp: kYarnBeta*).
 void read_rope_scaling(const ModelFile & f, Hparams & hp) {
+    using Scaling = Hparams::RopeScaling;
     const std::string scaling_key = hp.key("rope.scaling.type");
-    hp.rope_scaling = f.has_key(scaling_key) ? f.get_str(scaling_key) : "linear";
-    const std::string & scaling = hp.rope_scaling;
-    if (scaling != "none" && scaling != "linear" && scaling != "yarn" && scaling != "longrope") {
+    const std::string scaling = f.has_key(scaling_key) ? f.get_str(scaling_key) : "linear";
+    const std::pair<const char *, Scaling> kinds[] = {
+        {"none", Scaling::none}, {"linear", Scaling::linear}, {"yarn", Scaling::yarn}, {"longrope", Scaling::longrope}};
+    const auto kind = std::find_if(std::begin(kinds), std::end(kinds), [&](const auto & k) { return scaling == k.first; });
+    if (kind == std::end(kinds)) {
         throw ModelFormatError("'" + f.path() + "' uses RoPE scaling '" + scaling + "' (" + scaling_key +
                                "), which ggspec does not run (supported: none, linear, yarn, longrope)");
     }
+    hp.rope_scaling = kind->second;
     const std::string factor_key = f.has_key(hp.key("rope.scaling.factor")) ? hp.key("rope.scaling.factor")
                                                                             : hp.key("rope.scale_linear");
     const double rope_factor = finite_float(f, factor_key, 0.0, 0.0, true);
-    hp.rope_freq_scale = rope_factor == 0.0 || scaling == "none" ? 1.0f : 1.0f / (float) rope_factor;
-    hp.n_ctx_orig = f.get_int(hp.key("rope.scaling.original_context_length"), hp.n_ctx_train);
-    require_positive(hp.key("rope.scaling.original_context_length"), hp.n_ctx_orig);
-    hp.rope_ext_factor = scaling == "yarn" ? 1.0f : 0.0f;
+    hp.rope_freq_scale = rope_factor == 0.0 || hp.rope_scaling == Scaling::none ? 1.0f : 1.0f / (float) rope_factor;
+    // 0, as absent, means the training context (llama_context's n_ctx_orig_yarn)
+    const std::string orig_key = hp.key("rope.scaling.original_context_length");
+    hp.n_ctx_orig = f.get_int(orig_key, 0);
+    if (hp.n_ctx_orig < 0) throw ModelFormatError("GGUF key '" + orig_key + "' must not be negative");
+    if (hp.n_ctx_orig == 0) hp.n_ctx_orig = hp.n_ctx_train;
+    hp.rope_ext_factor = hp.rope_scaling == Scaling::yarn ? 1.0f : 0.0f;
     hp.rope_attn_factor = 1.0f;
     if (hp.rope_ext_factor != 0.0f) {
         const float factor = 1.0f / hp.rope_freq_scale;
@@ -54,7 +63,6 @@ void read_rope_scaling(const ModelFile & f, Hparams & hp) {
     }
     hp.rope_attn_factor *= finite_float(f, hp.key("rope.scaling.attn_factor"), 1.0, 0.0, false);
 }
-
 
 // As llama.cpp's create_tensor_qkv: a fused attn_qkv with its fused bias or the
 // three separate ones, or separate q/k/v weights, each with an optional bias.
@@ -175,7 +183,6 @@ void bind_layers(const ModelFile & f, const Hparams & hp, const LayerOptions & o
         }
     }
 }
-
 
 void require_full_rotary(const ModelFile & f, const Hparams & hp) {
     if (hp.n_rot != hp.head_dim) {

@@ -33,11 +33,10 @@ struct Hparams {
     // What llama.cpp's context derives from rope.scaling.*: YaRN's extrapolation
     // mix (0: no YaRN) and correction range, the magnitude factor every rotation
     // is multiplied by, and the training context YaRN and LongRoPE refer to.
-    std::string rope_scaling = "linear";  // none, linear, yarn or longrope
+    enum class RopeScaling { none, linear, yarn, longrope };
+    RopeScaling rope_scaling = RopeScaling::linear;
     float rope_ext_factor = 0.0f;
     float rope_attn_factor = 1.0f;
-    float rope_beta_fast = 32.0f;
-    float rope_beta_slow = 1.0f;
     int64_t n_ctx_orig = 0;
 
     int64_t n_swa = 0;         // sliding window; 0 = every layer attends to the whole context

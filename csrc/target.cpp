@@ -66,6 +66,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     if (opt.max_verify_rows <= 0) throw std::invalid_argument("max_verify_rows must be positive");
     if (opt.n_threads < 0) throw std::invalid_argument("n_threads must be >= 0");
     const ggml_type kv_type = kv_type_from_name(opt.kv_type);
+    const RowKernels row_kernels = row_kernels_from_name(opt.row_kernels);  // a bad name fails before the load
     rollback_ = rollback_from_name(opt.recurrent_rollback);
     dev_ = pick_device(opt.device);
 
@@ -92,7 +93,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         threadpool_.reset(ggml_threadpool_new(&tp));
         ggml_backend_cpu_set_n_threads(backend_.get(), n_threads_);
         ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_.get());
-        row_kernels_ = opt.row_kernels;
+        row_kernels_ = row_kernels;  // other backends run ggml's own kernels
     }
     const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
@@ -128,7 +129,7 @@ void Target::attach_drafter(const std::string & path, bool use_conv, bool use_se
 
 std::string Target::device_name() const { return ggml_backend_dev_name(dev_); }
 
-bool Target::lm_head_row_kernel() const { return row_kernels_ && row_kernel_usable(w_.output->type); }
+bool Target::lm_head_row_kernel() const { return row_kernel_usable(w_.output->type, row_kernels_); }
 
 void Target::ensure_capacity(int64_t n) const {
     if (n > n_ctx()) {

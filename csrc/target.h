@@ -34,7 +34,8 @@ struct TargetOptions {
     int64_t prefill_chunk = 512;
     int64_t max_verify_rows = 65;      // sizes the sliding-window ring
     size_t graph_budget_bytes = 0;  // 0: scaled to the weights (auto_graph_budget)
-    bool row_kernels = true;           // ggspec's multi-row CPU kernels where they give ggml's bits
+    // ggspec's multi-row CPU kernels where they give ggml's bits: "auto", "vnni", "avx2" or "off"
+    std::string row_kernels = "auto";
     // How a recurrent trunk rolls back a partly accepted verify:
     //   "snapshots":      the verify keeps the state after every row; the kept
     //                     row's is copied into the live state on the device;
@@ -109,6 +110,9 @@ public:
     int n_threads() const { return n_threads_; }
     // Whether multi-row LM-head products run on ggspec's own kernel (kernels/row_matmul.h).
     bool lm_head_row_kernel() const;
+    // The kernel path this target chose ("vnni", "avx2" or "off"); each weight
+    // type runs on it where it has a kernel whose probe matched ggml's bits.
+    const char * row_kernels() const { return row_kernels_name(row_kernels_); }
 
     enum class Rollback { snapshots, snapshots_host, reforward };
 
@@ -138,7 +142,7 @@ private:
     std::unique_ptr<ggml_threadpool, ThreadpoolDeleter> threadpool_;
     ggml_backend_ptr backend_;
     int n_threads_ = 1;
-    bool row_kernels_ = false;
+    RowKernels row_kernels_ = RowKernels::off;
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<RecurrentState> rs_;  // null: an attention-only trunk
     Rollback rollback_ = Rollback::snapshots;

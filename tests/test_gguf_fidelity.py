@@ -172,3 +172,13 @@ def test_many_threads_on_the_cli_warn_and_run(tiny_model):
     assert proc.returncode == 0, proc.stderr
     assert "ggspec: warning: n_threads 1000 is more than" in proc.stderr
     assert json.loads(proc.stdout)["tokens"]
+
+
+def test_an_original_context_of_zero_means_the_training_context(tiny_model):
+    # as llama.cpp's context reads rope.scaling.original_context_length
+    tokens = list(range(3, 40))
+    yarn = {"rope_scaling": "yarn", "rope_scaling_factor": 4.0}
+    zero, absent, set_ = (ggspec.load(tiny_model("llama", **yarn, **extra), n_ctx=64).spec_forward(
+        tokens, all_logits=True).logits for extra in ({"rope_original_context": 0}, {},
+                                                      {"rope_original_context": 16}))
+    assert np.array_equal(zero, absent) and not np.array_equal(zero, set_)

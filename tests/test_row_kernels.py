@@ -1,9 +1,10 @@
-"""ggspec's multi-row CPU kernel (csrc/kernels/q8_dot_rows.h) gives ggml_mul_mat's bits.
+"""ggspec's multi-row CPU kernels (csrc/kernels/) give ggml_mul_mat's bits.
 
-Every weight product of a forward with at least 4 rows runs on it when the CPU
-can (AVX512-VNNI) and the weight type is Q8_0, Q5_0, Q4_0 or Q4_1; `row_kernels=False`
+Every weight product of a forward with at least 2 rows runs on them when the CPU
+can and the weight type has a kernel on the path ("vnni": AVX512-VNNI, "avx2"):
+Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K. `row_kernels="off"`
 keeps ggml_mul_mat everywhere. The two targets must agree bit for bit on logits
-and hidden taps, in prefill chunks and in verifies of every size.
+and hidden taps, in prefill chunks and in verifies of every size, on each path.
 """
 
 import numpy as np
@@ -15,15 +16,18 @@ from tests.test_exactness import assert_bits_equal
 
 VERIFY_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65)
 TAPS = (0, "final")
+PATHS = ("vnni", "avx2")
+TYPES = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "q4_k", "q5_k", "q6_k")
 
 
-def pair(path, **kw):
-    if not _core.row_kernel_cpu():
-        pytest.skip("this CPU does not run the multi-row kernel (it needs AVX512-VNNI)")
-    with_kernel = ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, **kw)
+def pair(path, kernels, **kw):
+    if kernels not in _core.row_kernel_paths():
+        pytest.skip(f"this CPU does not run the {kernels} kernels")
+    with_kernel = ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels=kernels, **kw)
+    assert with_kernel.row_kernels == kernels
     # On a CPU that runs it, a kernel whose probe found other bits than ggml's is a failure, not a skip.
     assert with_kernel.lm_head_row_kernel, "the kernel disabled itself: its probe disagreed with ggml's vec_dot"
-    return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels=False, **kw)
+    return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="off", **kw)
 
 
 def assert_same_forward(a, b, tokens, what, **kw):
@@ -33,10 +37,10 @@ def assert_same_forward(a, b, tokens, what, **kw):
         assert_bits_equal(ra.hidden, rb.hidden, f"hidden taps of {what}")
 
 
-@pytest.mark.parametrize("dtype", ["q8_0", "q5_0", "q4_0", "q4_1"])
+@pytest.mark.parametrize("kernels,dtype", [(p, t) for p in PATHS for t in TYPES])
 @pytest.mark.parametrize("arch", ["gemma3", "llama"])
-def test_kernel_matches_ggml_mul_mat(tiny_model, arch, dtype):
-    kernel, plain = pair(tiny_model(arch, dtype))
+def test_kernel_matches_ggml_mul_mat(tiny_model, arch, kernels, dtype):
+    kernel, plain = pair(tiny_model(arch, dtype), kernels)
     rng = np.random.default_rng(3)
     prompt = rng.integers(3, kernel.n_vocab, size=150).tolist()  # 64 + 64 + 22 rows
     assert_same_forward(kernel, plain, prompt, "a chunked prefill", all_logits=True, hidden_layers=TAPS)
@@ -47,9 +51,11 @@ def test_kernel_matches_ggml_mul_mat(tiny_model, arch, dtype):
         plain.rewind(len(prompt))
 
 
+@pytest.mark.parametrize("kernels", PATHS)
 @pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
-def test_real_model_kernel_matches_ggml_mul_mat(request, model):
-    kernel, plain = pair(request.getfixturevalue(model))
+def test_real_model_kernel_matches_ggml_mul_mat(request, model, kernels):
+    path = request.getfixturevalue(model)
+    kernel, plain = pair(path, kernels)  # both LM heads are Q8_0, which every path runs
     rng = np.random.default_rng(4)
     prompt = rng.integers(3, kernel.n_vocab, size=40).tolist()
     assert_same_forward(kernel, plain, prompt, "the prompt", all_logits=True)
@@ -60,6 +66,15 @@ def test_real_model_kernel_matches_ggml_mul_mat(request, model):
         plain.rewind(len(prompt))
 
 
-def test_kernel_is_off_when_asked(tiny_model):
-    assert not ggspec.load(tiny_model("llama", "q8_0"), n_ctx=64, row_kernels=False).lm_head_row_kernel
+def test_the_path_is_chosen_and_reported(tiny_model):
+    path = tiny_model("llama", "q8_0")
+    best = (_core.row_kernel_paths() or ["off"])[0]
+    assert ggspec.load(path, n_ctx=64).row_kernels == best
+    assert ggspec.load(path, n_ctx=64, row_kernels=True).row_kernels == best
+    off = ggspec.load(path, n_ctx=64, row_kernels=False)
+    assert off.row_kernels == "off" and not off.lm_head_row_kernel
     assert not ggspec.load(tiny_model("llama", "f32"), n_ctx=64).lm_head_row_kernel  # not a type it decodes
+    with pytest.raises(ValueError, match="row_kernels must be auto, vnni, avx2 or off, got 'sse'"):
+        ggspec.load(path, n_ctx=64, row_kernels="sse")
+    with pytest.raises(TypeError, match="row_kernels"):
+        ggspec.load(path, n_ctx=64, row_kernels=1)

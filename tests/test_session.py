@@ -109,3 +109,24 @@ def test_governor_counts_are_per_turn(chat_model):
     assert (second.stats["governor_parked_steps"], second.stats["governor_probes"]) == \
         (governor.parked_steps - before[0], governor.probes - before[1])
     assert before[0] >= 5 and second.stats["governor_parked_steps"] < governor.parked_steps
+
+
+@pytest.mark.parametrize("dtype,spec", [("q4_k", "ngram"), ("q8_0", False)])
+def test_a_reused_prefix_gives_what_a_fresh_run_of_the_same_ids_gives(tiny_model, dtype, spec):
+    # The prefix's KV rows came from earlier turns' prefill chunks, one-row steps and
+    # verify rows (the multi-row kernels included); a fresh prefill of the same ids
+    # writes them anew. The same ids, not re-rendered text, which may tokenize otherwise.
+    path = tiny_model("llama", dtype, metadata=(("tokenizer.chat_template", CHATML),))
+    session_model, fresh_model = (ggspec.Model(path, n_ctx=512, n_threads=2, prefill_chunk=16) for _ in range(2))
+    sampling = dict(temperature=0.8, seed=3)
+    session = ggspec.Session(session_model, spec=spec, **sampling)
+    fresh_engine = ggspec.Engine(fresh_model)
+    try:
+        for i, prompt in enumerate(["a b c d e f g", "e f a b", "c d e f g a"]):
+            turn = session.stream(prompt, max_tokens=24, ignore_eos=True)
+            ours = turn.result
+            assert (ours.stats["reused_prompt_tokens"] > 16) == (i > 0)  # more than a prefill chunk kept
+            fresh = fresh_engine.submit(turn.prompt_ids, max_tokens=24, ignore_eos=True, spec=False, **sampling)
+            assert ours.tokens == fresh.result.tokens
+    finally:
+        fresh_engine.close()

@@ -4,41 +4,67 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include "ggml-cpu.h"
+#include "kernels/k_dot_rows.h"
 #include "kernels/q8_dot_rows.h"
+#include "kernels/x86_target.h"
 
 namespace ggspec {
 namespace {
 
-constexpr int64_t kWeightRowAlign = 8;  // the kernel's weight tile
+constexpr int64_t kWeightRowAlign = 8;  // a multiple of every kernel's weight tile
 
-void q8_dot_rows_op(ggml_tensor * dst, int ith, int nth, void *) {
+// The paths, as the custom op's userdata.
+const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni};
+
+bool path_handles(ggml_type type, RowKernels path) {
+    return path != RowKernels::off && (k_dot_rows_handles(type) || q8_dot_rows_handles(type));
+}
+
+// The kernel for a weight type: 32-value blocks or the K-quants' 256.
+void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path) {
+#if GGSPEC_X86_KERNEL
+    if (k_dot_rows_handles(job.weight_type)) {
+        k_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
+    } else {
+        (path == RowKernels::vnni ? q8_dot_rows_vnni : q8_dot_rows_avx2)(job, w_begin, w_end);
+    }
+#else  // no kernel is built, and row_kernels_cpu() offers no path but off
+    throw std::logic_error("the multi-row kernels are not built for this CPU");
+#endif
+}
+
+void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * a = dst->src[1];
-    const Q8DotRows job{w->type,    w->data,    w->nb[1], a->data, a->nb[1], w->ne[0] / ggml_blck_size(w->type),
+    const DotRowsJob job{w->type,    w->data,    w->nb[1], a->data, a->nb[1], w->ne[0] / ggml_blck_size(w->type),
                         a->ne[1], (float *) dst->data, dst->ne[0]};
     const int64_t n = w->ne[1];
     const int64_t per = ((n + nth - 1) / nth + kWeightRowAlign - 1) / kWeightRowAlign * kWeightRowAlign;
     const int64_t begin = std::min(n, ith * per);
-    q8_dot_rows(job, begin, std::min(n, begin + per));
+    dot_rows(job, begin, std::min(n, begin + per), *(const RowKernels *) userdata);
 }
 
 // What ggml quantizes the activations to for this weight type (its vec_dot_type).
 ggml_type activation_type(ggml_type weight_type) {
-    return weight_type == GGML_TYPE_Q4_1 ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
+    if (k_dot_rows_handles(weight_type)) return GGML_TYPE_Q8_K;
+    return q8_has_min(weight_type) ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
 }
 
 // Random weights and activations through both ggml's vec_dot and the kernel,
 // at 1..9 activation rows; any differing bit disables the kernel for the type.
-bool probe(ggml_type type) {
+bool probe(ggml_type type, RowKernels path) {
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const ggml_type act_type = activation_type(type);
     const ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(act_type);
     if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
-    const int64_t k = 640, n_w = 24, n_a = 9;
+    // k: 24 blocks of 32, 3 of 256; 27 weight rows leave a partial tile on every kernel
+    const int64_t k = 768, n_w = 27, n_a = 9;
     const size_t row = ggml_row_size(type, k), act_row = ggml_row_size(act_type, k);
     std::mt19937 rng(20261129);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -51,7 +77,8 @@ bool probe(ggml_type type) {
 
     for (int64_t rows = 1; rows <= n_a; ++rows) {
         std::vector<float> got((size_t) (rows * n_w));
-        q8_dot_rows(Q8DotRows{type, weights.data(), row, acts.data(), act_row, k / 32, rows, got.data(), n_w}, 0, n_w);
+        dot_rows(DotRowsJob{type, weights.data(), row, acts.data(), act_row, k / ggml_blck_size(type), rows, got.data(),
+                           n_w}, 0, n_w, path);
         for (int64_t a = 0; a < rows; ++a) {
             for (int64_t w = 0; w < n_w; ++w) {
                 float want;
@@ -65,32 +92,72 @@ bool probe(ggml_type type) {
 
 }  // namespace
 
-bool row_kernel_usable(ggml_type weight_type) {
-    if (!q8_dot_rows_handles(weight_type)) return false;
-    static const std::map<ggml_type, bool> usable = [] {
-        std::map<ggml_type, bool> m;
-        const bool cpu = q8_dot_rows_supported();
-        for (ggml_type t : {GGML_TYPE_Q8_0, GGML_TYPE_Q5_0, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1}) {
-            m[t] = cpu && probe(t);
-            if (cpu && !m[t]) {
-                std::fprintf(stderr, "ggspec: the multi-row %s kernel differs from this ggml's vec_dot; using ggml_mul_mat\n",
-                             ggml_type_name(t));
-            }
+RowKernels row_kernels_from_name(const std::string & name) {
+    if (name == "off") return RowKernels::off;
+    if (name == "auto") {
+        for (RowKernels path : {RowKernels::vnni, RowKernels::avx2}) {
+            if (row_kernels_cpu(path)) return path;
         }
-        return m;
-    }();
-    return usable.at(weight_type);
+        return RowKernels::off;
+    }
+    for (RowKernels path : {RowKernels::vnni, RowKernels::avx2}) {
+        if (name != row_kernels_name(path)) continue;
+        if (!row_kernels_cpu(path)) {
+            throw std::invalid_argument("row_kernels '" + name + "': this CPU lacks " +
+                                        (path == RowKernels::vnni ? "AVX512-VNNI" : "AVX2 and FMA"));
+        }
+        return path;
+    }
+    throw std::invalid_argument("row_kernels must be auto, vnni, avx2 or off, got '" + name + "'");
 }
 
-ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool allow_kernel) {
-    const bool kernel = allow_kernel && x->type == GGML_TYPE_F32 && ggml_n_dims(x) <= 2 && ggml_n_dims(w) == 2 &&
-                        x->ne[1] >= kRowKernelMinRows && ggml_is_contiguous(w) && row_kernel_usable(w->type);
+const char * row_kernels_name(RowKernels path) {
+    switch (path) {
+        case RowKernels::vnni: return "vnni";
+        case RowKernels::avx2: return "avx2";
+        default: return "off";
+    }
+}
+
+bool row_kernels_cpu(RowKernels path) {
+#if GGSPEC_X86_KERNEL
+    __builtin_cpu_init();
+    const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    if (path == RowKernels::avx2) return avx2;
+    if (path == RowKernels::vnni) {
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    }
+#endif
+    return path == RowKernels::off;
+}
+
+bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
+    if (!path_handles(weight_type, path) || !row_kernels_cpu(path)) return false;
+    static std::map<std::pair<ggml_type, RowKernels>, bool> usable;  // probed once per (type, path)
+    static std::mutex mutex;
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = usable.find({weight_type, path});
+    if (it == usable.end()) {
+        const bool same = probe(weight_type, path);
+        if (!same) {
+            std::fprintf(stderr, "ggspec: the multi-row %s kernel (%s) differs from this ggml's vec_dot; using ggml_mul_mat\n",
+                         ggml_type_name(weight_type), row_kernels_name(path));
+        }
+        it = usable.emplace(std::make_pair(weight_type, path), same).first;
+    }
+    return it->second;
+}
+
+ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path) {
+    const bool kernel = x->type == GGML_TYPE_F32 && ggml_n_dims(x) <= 2 && ggml_n_dims(w) == 2 &&
+                        x->ne[1] >= kRowKernelMinRows && ggml_is_contiguous(w) && row_kernel_usable(w->type, path);
     if (!kernel) return ggml_mul_mat(ctx, w, x);
     // ggml_cpy quantizes each row with the same from_float that ggml_mul_mat applies.
     ggml_tensor * xq = ggml_cpy(ctx, x, ggml_new_tensor_2d(ctx, activation_type(w->type), x->ne[0], x->ne[1]));
     ggml_tensor * args[2] = {w, xq};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, q8_dot_rows_op, GGML_N_TASKS_MAX,
-                          nullptr);
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, dot_rows_op, GGML_N_TASKS_MAX,
+                          (void *) &kPaths[(int) path]);
 }
 
 }  // namespace ggspec

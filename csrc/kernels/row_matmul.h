@@ -1,21 +1,33 @@
-// ggml_mul_mat, or ggspec's own multi-row CPU kernel where that kernel gives the
-// same bits (see q8_dot_rows.h) and is faster: for a verify's many rows through a
-// quantized matrix.
+// ggml_mul_mat, or ggspec's own multi-row CPU kernels where they give the same
+// bits (see q8_dot_rows.h and k_dot_rows.h) and are faster: for a verify's or a
+// prefill chunk's many rows through a quantized matrix.
 #pragma once
+#include <string>
+
 #include "ggml.h"
 
 namespace ggspec {
+
+// Which multi-row kernels run: none (ggml_mul_mat everywhere), the AVX2 ones or
+// the AVX512-VNNI ones.
+enum class RowKernels { off, avx2, vnni };
+
+// "auto" (the best path this CPU runs, else off), "vnni", "avx2" or "off"; a
+// path this CPU cannot run is an std::invalid_argument naming what it lacks.
+RowKernels row_kernels_from_name(const std::string & name);
+const char * row_kernels_name(RowKernels path);
+bool row_kernels_cpu(RowKernels path);  // this CPU runs the path
 
 // The rows of x from which the multi-row kernel beats ggml's one-dot-at-a-time
 // path; below it the two give the same bits anyway.
 constexpr int64_t kRowKernelMinRows = 2;
 
-// Whether this process can use the kernel for weights of this type: the CPU runs
-// it, and a probe at first use found it bit-identical to ggml's vec_dot.
-bool row_kernel_usable(ggml_type weight_type);
+// Whether the path has a kernel for weights of this type that a probe at first
+// use found bit-identical to ggml's vec_dot on this CPU.
+bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 
 // w [k, n] (weights in host memory), x [k, rows] F32 -> [n, rows] F32, equal bit
-// for bit to ggml_mul_mat(ctx, w, x). Uses the kernel when allowed and usable.
-ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, bool allow_kernel);
+// for bit to ggml_mul_mat(ctx, w, x). Uses the path's kernel where usable.
+ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path);
 
 }  // namespace ggspec

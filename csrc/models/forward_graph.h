@@ -35,7 +35,7 @@ struct ForwardGraph {
     AttentionInputs full;
     AttentionInputs swa;      // used by layers with hp.is_swa[il]
     std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
-    bool row_kernels = false;  // weight products may run on ggspec's multi-row CPU kernel
+    RowKernels row_kernels = RowKernels::off;  // weight products may run on ggspec's multi-row CPU kernels
 
     // Recurrent layers (null rs: none). The builder records each layer's
     // StateSources, and, when writes_state, appends the copies that store the

@@ -14,6 +14,11 @@ ggml_tensor * rms_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight) 
     return ggml_mul(g.ctx, ggml_rms_norm(g.ctx, x, g.hp.rms_eps), weight);
 }
 
+// YaRN's correction range, as llama.cpp's defaults (it reads them from the file
+// for none of the architectures ggspec runs).
+constexpr float kYarnBetaFast = 32.0f;
+constexpr float kYarnBetaSlow = 1.0f;
+
 ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const Hparams & hp = g.hp;
     const bool swa = hp.is_swa[il];
@@ -24,12 +29,12 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
         int sections[4];
         std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
         return ggml_rope_multi(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, sections, hp.rope_type, n_ctx_orig,
-                               base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.rope_beta_fast,
-                               hp.rope_beta_slow);
+                               base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, kYarnBetaFast,
+                               kYarnBetaSlow);
     }
     return ggml_rope_ext(g.ctx, x, g.positions, swa ? nullptr : g.w.rope_freqs, (int) hp.n_rot, hp.rope_type,
-                         n_ctx_orig, base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, hp.rope_beta_fast,
-                         hp.rope_beta_slow);
+                         n_ctx_orig, base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, kYarnBetaFast,
+                         kYarnBetaSlow);
 }
 
 std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
@@ -114,9 +119,8 @@ ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
 }
 
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act) {
-    if (!l.ffn_gate) {  // fused [gate; up]: ggml's glu splits the row in halves
-        return g.matmul(l.ffn_down, act == FfnActivation::silu ? ggml_swiglu(g.ctx, g.matmul(l.ffn_up, x))
-                                                              : ggml_geglu(g.ctx, g.matmul(l.ffn_up, x)));
+    if (!l.ffn_gate) {  // fused [gate; up] (phi3, SiLU): ggml's swiglu splits the row in halves
+        return g.matmul(l.ffn_down, ggml_swiglu(g.ctx, g.matmul(l.ffn_up, x)));
     }
     ggml_tensor * gate = g.matmul(l.ffn_gate, x);
     ggml_tensor * up = g.matmul(l.ffn_up, x);

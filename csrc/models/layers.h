@@ -36,7 +36,7 @@ QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x);
 ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x);
 
 enum class FfnActivation { silu, gelu };
-// down(act(gate x) * up x); with a fused ffn_up, gate and up are its halves.
+// down(act(gate x) * up x); a fused ffn_up (phi3, SiLU) holds gate and up as its halves.
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act);
 
 }  // namespace ggspec

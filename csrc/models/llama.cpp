@@ -27,7 +27,7 @@ static void load_llama(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     bind_embeddings(file, hp, w);
     bind_layers(file, hp, LayerOptions{}, w);
     // As llama.cpp: a LongRoPE file's two sets of factors, any other's rope_freqs.
-    if (hp.rope_scaling == "longrope") {
+    if (hp.rope_scaling == Hparams::RopeScaling::longrope) {
         bind_longrope_factors(file, hp, w);
     } else {
         w.rope_freqs = file.tensor_or_null("rope_freqs.weight", {hp.n_rot / 2});

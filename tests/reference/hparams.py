@@ -90,7 +90,7 @@ def _rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[str,
         attn_factor = f(1) if inverse <= 1 else f(0.1) * logf(inverse) + f(1)
         attn_factor = attn_factor * (f(1) / (f(1) + f(0.1) * logf(inverse)))
     attn_factor = attn_factor * f(_get(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
-    n_ctx_orig = _get(reader, f"{arch}.rope.scaling.original_context_length", n_ctx_train)
+    n_ctx_orig = _get(reader, f"{arch}.rope.scaling.original_context_length", 0) or n_ctx_train  # 0: absent
     return scaling, float(freq_scale), Yarn(ext_factor, float(attn_factor), n_ctx_orig)
 
 

@@ -116,6 +116,9 @@ class Target:
     device = property(lambda self: self._core.device)
     n_threads = property(lambda self: self._core.n_threads)
     lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
+    #: the multi-row kernel path this target chose: "vnni", "avx2" or "off" (each weight
+    #: type runs on it where it has a kernel whose probe matched ggml's bits: lm_head_row_kernel)
+    row_kernels = property(lambda self: self._core.row_kernels)
 
     @property
     def nextn_head(self) -> NextnHead | None:
@@ -250,6 +253,14 @@ class Target:
                 f"n_vocab={self.n_vocab}, n_ctx={self.max_context_length}, device={self.device})")
 
 
+def _row_kernels(choice: bool | str) -> str:
+    if isinstance(choice, bool):
+        return "auto" if choice else "off"
+    if not isinstance(choice, str):
+        raise TypeError(f"row_kernels must be a bool or one of auto, vnni, avx2, off; got {choice!r}")
+    return choice  # checked by the core, which knows what this CPU runs
+
+
 def load(
     path: str | os.PathLike,
     *,
@@ -260,7 +271,7 @@ def load(
     prefill_chunk: int = 512,
     max_verify_rows: int = 65,
     graph_budget_mb: float | None = None,
-    row_kernels: bool = True,
+    row_kernels: bool | str = "auto",
     recurrent_rollback: str = "snapshots",
     recurrent_snapshot_mb: float = 512.0,
 ) -> Target:
@@ -273,8 +284,10 @@ def load(
     (draft window + 1) a sliding-window cache must be able to rewind.
     graph_budget_mb: memory for persistent graphs; the least recently used are freed past it
     (None: about the weights' size, between 256 MiB and 1 GiB).
-    row_kernels: on the CPU, run multi-row LM-head products on ggspec's own kernel where
-    a probe finds it bit-identical to ggml's (False: ggml_mul_mat everywhere, for comparison).
+    row_kernels: on the CPU, run multi-row weight products (verify rows, prefill chunks) on
+    ggspec's own kernels where a probe finds them bit-identical to ggml's: "auto" (the best
+    path this CPU runs), "vnni" (AVX512-VNNI), "avx2" or "off" (ggml_mul_mat everywhere, for
+    comparison); True and False mean "auto" and "off". `target.row_kernels` says which was chosen.
     recurrent_rollback: how a recurrent trunk (qwen35) rolls back a partly accepted verify:
     "snapshots" (the default: the verify keeps the state after each row and the kept one is
     copied on the device), "snapshots-host" (the same copy through the host) or "reforward"
@@ -297,7 +310,7 @@ def load(
                         prefill_chunk=_index("prefill_chunk", prefill_chunk),
                         max_verify_rows=_index("max_verify_rows", max_verify_rows),
                         graph_budget_mb=0.0 if graph_budget_mb is None else float(graph_budget_mb),
-                        row_kernels=bool(row_kernels),
+                        row_kernels=_row_kernels(row_kernels),
                         recurrent_rollback=recurrent_rollback,
                         recurrent_snapshot_mb=float(recurrent_snapshot_mb))
     return Target(core, path)

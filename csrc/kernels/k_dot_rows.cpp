@@ -1,0 +1,307 @@
+#include "kernels/k_dot_rows.h"
+
+#include "kernels/x86_target.h"
+
+#if GGSPEC_X86_KERNEL
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+namespace ggspec {
+namespace {
+
+constexpr int kQK = 256;           // values per block
+constexpr int kChunks = kQK / 32;  // 32-value chunks per block: one zmm of 16-bit values each
+constexpr int kTileW = 4;          // weight rows accumulated at once
+constexpr int kTileA = 2;          // activation rows: 4 x 2 integer accumulators (two ymm each on AVX2)
+
+// One weight row's block: each value times its sub-block scale (Q6_K: its
+// unsigned quant 0..63, the -32 offset goes through scales16), and what the
+// float steps need.
+struct alignas(64) WeightBlock {
+    int16_t w[kQK];
+    int16_t scales16[16];  // Q6_K: the 16 scales of its 16-value sub-blocks
+    int16_t mins[8];       // Q4_K, Q5_K: the 8 sub-block mins
+    float d;
+    float dmin;
+};
+
+// One activation row's Q8_K block, widened.
+struct alignas(64) ActBlock {
+    int16_t y[kQK];
+    int16_t bsums[16];  // sums of 16 values (Q8_K's own)
+    int16_t sums32[8];  // sums of 32 values, as ggml's hadd of bsums
+    float d;
+};
+
+// The 6-bit scales and mins of Q4_K/Q5_K, unpacked as ggml's vec_dot unpacks them.
+void unpack_scales_mins(const uint8_t * packed, uint8_t scales[8], uint8_t mins[8]) {
+    constexpr uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
+    uint32_t utmp[4];
+    std::memcpy(utmp, packed, 12);
+    utmp[3] = ((utmp[2] >> 4) & kmask2) | (((utmp[1] >> 6) & kmask3) << 4);
+    const uint32_t uaux = utmp[1] & kmask1;
+    utmp[1] = (utmp[2] & kmask2) | (((utmp[0] >> 6) & kmask3) << 4);
+    utmp[2] = uaux;
+    utmp[0] &= kmask1;
+    std::memcpy(scales, utmp, 8);
+    std::memcpy(mins, utmp + 2, 8);
+}
+
+// 32 unsigned quants times their scales (the first 16 by scale_lo, the rest by scale_hi).
+GGSPEC_AVX2 void store_scaled(int16_t * out, __m256i quants, int16_t scale_lo, int16_t scale_hi) {
+    const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(quants));
+    const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(quants, 1));
+    _mm256_store_si256((__m256i *) out, _mm256_mullo_epi16(lo, _mm256_set1_epi16(scale_lo)));
+    _mm256_store_si256((__m256i *) (out + 16), _mm256_mullo_epi16(hi, _mm256_set1_epi16(scale_hi)));
+}
+
+// Block layouts (ggml-common.h): q4_K {d, dmin, scales[12], qs[128]}, q5_K {d, dmin,
+// scales[12], qh[32], qs[128]}, q6_K {ql[128], qh[64], scales[16], d}.
+GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock & out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    if (type == GGML_TYPE_Q6_K) {
+        const int8_t * scales = (const int8_t *) (block + 192);
+        out.d = _cvtsh_ss(load_u16(block + 208));
+        for (int i = 0; i < 16; ++i) out.scales16[i] = scales[i];
+        const __m256i m3 = _mm256_set1_epi8(3);
+        for (int half = 0; half < 2; ++half) {
+            const uint8_t * ql = block + 64 * half;
+            const __m256i bits1 = _mm256_loadu_si256((const __m256i *) ql);
+            const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (ql + 32));
+            const __m256i high = _mm256_loadu_si256((const __m256i *) (block + 128 + 32 * half));
+            const __m256i q[4] = {
+                _mm256_or_si256(_mm256_and_si256(bits1, m4), _mm256_slli_epi16(_mm256_and_si256(high, m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(bits2, m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 4), m3), 4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4),
+                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 6), m3), 4)),
+            };
+            for (int i = 0; i < 4; ++i) {
+                const int chunk = 4 * half + i;  // values 32 chunk.., scales 2 chunk and 2 chunk + 1
+                store_scaled(out.w + 32 * chunk, q[i], scales[2 * chunk], scales[2 * chunk + 1]);
+            }
+        }
+        return;
+    }
+    uint8_t scales[8], mins[8];
+    out.d = _cvtsh_ss(load_u16(block));
+    out.dmin = _cvtsh_ss(load_u16(block + 2));
+    unpack_scales_mins(block + 4, scales, mins);
+    for (int i = 0; i < 8; ++i) out.mins[i] = mins[i];
+    const bool q5 = type == GGML_TYPE_Q5_K;
+    const uint8_t * qs = block + (q5 ? 48 : 16);
+    const __m256i high = q5 ? _mm256_loadu_si256((const __m256i *) (block + 16)) : _mm256_setzero_si256();
+    const __m256i one = _mm256_set1_epi8(1);
+    for (int j = 0; j < 4; ++j) {  // 32 bytes: the low nibbles are sub-block 2j, the high ones 2j + 1
+        const __m256i bits = _mm256_loadu_si256((const __m256i *) (qs + 32 * j));
+        __m256i lo = _mm256_and_si256(bits, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        if (q5) {  // bit s of each qh byte is the fifth bit of sub-block s's value
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * j + 1), one), 4));
+        }
+        store_scaled(out.w + 64 * j, lo, scales[2 * j], scales[2 * j]);
+        store_scaled(out.w + 64 * j + 32, hi, scales[2 * j + 1], scales[2 * j + 1]);
+    }
+}
+
+// q8_K {d (f32), qs[256], bsums[16] (i16)}
+GGSPEC_AVX2 void pack_activations(const DotRowsJob & job, int64_t a_begin, int64_t a_end,
+                                    std::vector<ActBlock> & packed) {
+    packed.resize((size_t) ((a_end - a_begin) * job.n_blocks));
+    for (int64_t a = a_begin; a < a_end; ++a) {
+        const uint8_t * row = (const uint8_t *) job.acts + a * job.act_bytes;
+        for (int64_t b = 0; b < job.n_blocks; ++b) {
+            const uint8_t * block = row + b * 292;
+            ActBlock & out = packed[(size_t) ((a - a_begin) * job.n_blocks + b)];
+            std::memcpy(&out.d, block, 4);
+            for (int i = 0; i < kQK / 16; ++i) {
+                const __m128i y = _mm_loadu_si128((const __m128i *) (block + 4 + 16 * i));
+                _mm256_store_si256((__m256i *) (out.y + 16 * i), _mm256_cvtepi8_epi16(y));
+            }
+            std::memcpy(out.bsums, block + 260, 32);
+            for (int j = 0; j < 8; ++j) out.sums32[j] = (int16_t) (out.bsums[2 * j] + out.bsums[2 * j + 1]);
+        }
+    }
+}
+
+// The float accumulators of one (weight row, activation row) output.
+struct Accumulators {
+    __m256 lanes{};
+    __m128 min_lanes{};  // Q4_K's 4 min lanes
+    float min_sum = 0.0f;  // Q5_K's one min float
+};
+
+
+// One block's float steps, as ggml's vec_dot takes them, from its 8 integer lanes.
+GGSPEC_AVX2 void add_block(ggml_type type, const WeightBlock & wb, const ActBlock & ab, __m256i sumi,
+                           Accumulators & acc) {
+    if (type == GGML_TYPE_Q6_K) {
+        const __m256i bsums = _mm256_load_si256((const __m256i *) ab.bsums);
+        const __m256i scales = _mm256_load_si256((const __m256i *) wb.scales16);
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales), 5));
+    } else {
+        const float dmin = -ab.d * wb.dmin;
+        const __m128i prod = _mm_madd_epi16(_mm_load_si128((const __m128i *) wb.mins),
+                                            _mm_load_si128((const __m128i *) ab.sums32));
+        if (type == GGML_TYPE_Q4_K) {
+            acc.min_lanes = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc.min_lanes);
+        } else {
+            alignas(16) int32_t p[4];
+            _mm_store_si128((__m128i *) p, prod);
+            acc.min_sum = __builtin_fmaf(dmin, (float) ((p[0] + p[1]) + (p[2] + p[3])), acc.min_sum);
+        }
+    }
+    acc.lanes = _mm256_fmadd_ps(_mm256_set1_ps(ab.d * wb.d), _mm256_cvtepi32_ps(sumi), acc.lanes);
+}
+
+GGSPEC_AVX2 float finish(ggml_type type, const Accumulators & acc) {
+    alignas(32) float l[8];
+    _mm256_store_ps(l, acc.lanes);
+    float sum = hsum8(l);
+    if (type == GGML_TYPE_Q4_K) {
+        alignas(16) float m[4];
+        _mm_store_ps(m, acc.min_lanes);
+        sum += (m[0] + m[2]) + (m[1] + m[3]);
+    } else if (type == GGML_TYPE_Q5_K) {
+        sum += acc.min_sum;
+    }
+    return sum;
+}
+
+// The tile's outputs: weight rows w0.., activation rows a.. of the job.
+template <int TW, int TA>
+GGSPEC_AVX2 void store(const DotRowsJob & job, const Accumulators (&acc)[TW][TA], int64_t w0, int64_t a) {
+    for (int w = 0; w < TW; ++w)
+        for (int r = 0; r < TA; ++r) job.dst[(a + r) * job.dst_stride + w0 + w] = finish(job.weight_type, acc[w][r]);
+}
+
+// Rows w0.. (TW of them) against activation rows a.. (TA of them, within the
+// chunk). The integer lanes: AVX512-VNNI's vpdpwssd takes a whole 32-value
+// chunk and leaves lanes 2k and 2k+1 to be summed into ggml's lane k.
+template <int TW, int TA>
+GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
+                             int64_t a_chunk, int64_t a) {
+    const int64_t nb = job.n_blocks;
+    Accumulators acc[TW][TA];
+    for (int64_t b = 0; b < nb; ++b) {
+        __m512i lanes[TW][TA];
+        for (int w = 0; w < TW; ++w)
+            for (int r = 0; r < TA; ++r) lanes[w][r] = _mm512_setzero_si512();
+        for (int c = 0; c < kChunks; ++c) {
+            __m512i wv[TW];
+            for (int w = 0; w < TW; ++w) wv[w] = _mm512_load_si512((const __m512i *) (weights[w * nb + b].w + 32 * c));
+            for (int r = 0; r < TA; ++r) {
+                const __m512i y = _mm512_load_si512((const __m512i *) (acts[(a + r) * nb + b].y + 32 * c));
+                for (int w = 0; w < TW; ++w) lanes[w][r] = _mm512_dpwssd_epi32(lanes[w][r], wv[w], y);
+            }
+        }
+        for (int w = 0; w < TW; ++w) {
+            for (int r = 0; r < TA; ++r) {
+                const __m512i pairs = _mm512_add_epi32(lanes[w][r], _mm512_srli_epi64(lanes[w][r], 32));
+                add_block(job.weight_type, weights[w * nb + b], acts[(a + r) * nb + b], _mm512_cvtepi64_epi32(pairs),
+                          acc[w][r]);
+            }
+        }
+    }
+    store(job, acc, w0, a_chunk + a);
+}
+
+// The same with AVX2's vpmaddwd over 16 values at a time: one accumulator for
+// the first half of every chunk, one for the second, and a horizontal add that
+// puts the pairs back in ggml's lane order.
+template <int TW, int TA>
+GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
+                           int64_t a_chunk, int64_t a) {
+    const int64_t nb = job.n_blocks;
+    Accumulators acc[TW][TA];
+    for (int64_t b = 0; b < nb; ++b) {
+        __m256i lo[TW][TA], hi[TW][TA];
+        for (int w = 0; w < TW; ++w)
+            for (int r = 0; r < TA; ++r) lo[w][r] = hi[w][r] = _mm256_setzero_si256();
+        for (int c = 0; c < kChunks; ++c) {
+            __m256i wl[TW], wh[TW];
+            for (int w = 0; w < TW; ++w) {
+                wl[w] = _mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c));
+                wh[w] = _mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c + 16));
+            }
+            for (int r = 0; r < TA; ++r) {
+                const int16_t * y = acts[(a + r) * nb + b].y + 32 * c;
+                const __m256i yl = _mm256_load_si256((const __m256i *) y);
+                const __m256i yh = _mm256_load_si256((const __m256i *) (y + 16));
+                for (int w = 0; w < TW; ++w) {
+                    lo[w][r] = _mm256_add_epi32(lo[w][r], _mm256_madd_epi16(wl[w], yl));
+                    hi[w][r] = _mm256_add_epi32(hi[w][r], _mm256_madd_epi16(wh[w], yh));
+                }
+            }
+        }
+        for (int w = 0; w < TW; ++w) {
+            for (int r = 0; r < TA; ++r) {
+                // hadd gives lanes 0 1 4 5 2 3 6 7; the permute puts them in order
+                const __m256i sumi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[w][r], hi[w][r]), 0xD8);
+                add_block(job.weight_type, weights[w * nb + b], acts[(a + r) * nb + b], sumi, acc[w][r]);
+            }
+        }
+    }
+    store(job, acc, w0, a_chunk + a);
+}
+
+class Kernel {
+public:
+    Kernel(const DotRowsJob & job, bool vnni) : job_(job), vnni_(vnni) {
+        weights_.resize((size_t) (kTileW * job.n_blocks));
+    }
+    void prepare(int64_t a0, int64_t a_end) { pack_activations(job_, a0, a_end, packed_); }
+    void decode(int64_t w, int64_t slot) {
+        const uint8_t * row = (const uint8_t *) job_.weights + w * job_.row_bytes;
+        const size_t block_bytes = job_.row_bytes / (size_t) job_.n_blocks;
+        for (int64_t b = 0; b < job_.n_blocks; ++b) {
+            decode_block(job_.weight_type, row + b * block_bytes, weights_[(size_t) (slot * job_.n_blocks + b)]);
+        }
+    }
+    template <int TW>
+    void run(int64_t w0, int64_t slot, int64_t a0, int64_t a_end) {
+        const WeightBlock * weights = weights_.data() + slot * job_.n_blocks;
+        int64_t a = 0;
+        for (; a + kTileA <= a_end - a0; a += kTileA) tile<TW, kTileA>(weights, w0, a0, a);
+        for (; a < a_end - a0; ++a) tile<TW, 1>(weights, w0, a0, a);
+    }
+
+private:
+    // AVX2 has 16 registers: two weight rows at a time hold its accumulators.
+    template <int TW, int TA>
+    void tile(const WeightBlock * weights, int64_t w0, int64_t a0, int64_t a) {
+        if (vnni_) {
+            tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a);
+        } else if constexpr (TW % 2 == 0) {
+            for (int w = 0; w < TW; w += 2) {
+                tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a);
+            }
+        } else {
+            tile_avx2<TW, TA>(job_, weights, w0, packed_.data(), a0, a);
+        }
+    }
+
+    const DotRowsJob & job_;
+    const bool vnni_;
+    static thread_local std::vector<ActBlock> packed_;  // per thread, reused across calls
+    static thread_local std::vector<WeightBlock> weights_;
+};
+
+thread_local std::vector<ActBlock> Kernel::packed_;
+thread_local std::vector<WeightBlock> Kernel::weights_;
+
+}  // namespace
+
+void k_dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, bool vnni) {
+    Kernel kernel(job, vnni);
+    run_tiles<kTileW>(kernel, job, w_begin, w_end);
+}
+
+}  // namespace ggspec
+
+#endif  // GGSPEC_X86_KERNEL
