@@ -54,9 +54,8 @@ void read_rope_scaling(const ModelFile & f, Hparams & hp) {
     hp.n_ctx_orig = f.get_int(orig_key, 0);
     if (hp.n_ctx_orig < 0) throw ModelFormatError("GGUF key '" + orig_key + "' must not be negative");
     if (hp.n_ctx_orig == 0) hp.n_ctx_orig = hp.n_ctx_train;
-    hp.rope_ext_factor = hp.rope_scaling == Scaling::yarn ? 1.0f : 0.0f;
     hp.rope_attn_factor = 1.0f;
-    if (hp.rope_ext_factor != 0.0f) {
+    if (hp.rope_ext_factor() != 0.0f) {
         const float factor = 1.0f / hp.rope_freq_scale;
         hp.rope_attn_factor = factor <= 1.0f ? 1.0f : 0.1f * logf(factor) + 1.0f;
         hp.rope_attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));

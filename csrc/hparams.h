@@ -30,12 +30,11 @@ struct Hparams {
     float rope_freq_scale = 1.0f;
     float rope_base_swa = 10000.0f;
     float rope_freq_scale_swa = 1.0f;
-    // What llama.cpp's context derives from rope.scaling.*: YaRN's extrapolation
-    // mix (0: no YaRN) and correction range, the magnitude factor every rotation
+    // What llama.cpp's context derives from rope.scaling.*: the kind (YaRN mixes
+    // in extrapolation: rope_ext_factor()), the magnitude factor every rotation
     // is multiplied by, and the training context YaRN and LongRoPE refer to.
     enum class RopeScaling { none, linear, yarn, longrope };
     RopeScaling rope_scaling = RopeScaling::linear;
-    float rope_ext_factor = 0.0f;
     float rope_attn_factor = 1.0f;
     int64_t n_ctx_orig = 0;
 
@@ -61,6 +60,7 @@ struct Hparams {
     int64_t n_nextn = 0;             // NextN (MTP) blocks stored after the trunk's layers
 
     int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+    float rope_ext_factor() const { return rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f; }
     bool recurrent(int64_t il) const { return !is_recurrent.empty() && is_recurrent[il]; }
     bool has_recurrent() const { return std::find(is_recurrent.begin(), is_recurrent.end(), true) != is_recurrent.end(); }
     int64_t ssm_k_dim() const { return ssm_head_dim * ssm_k_heads; }

@@ -29,11 +29,11 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
         int sections[4];
         std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
         return ggml_rope_multi(g.ctx, x, g.positions, nullptr, (int) hp.n_rot, sections, hp.rope_type, n_ctx_orig,
-                               base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, kYarnBetaFast,
+                               base, freq_scale, hp.rope_ext_factor(), hp.rope_attn_factor, kYarnBetaFast,
                                kYarnBetaSlow);
     }
     return ggml_rope_ext(g.ctx, x, g.positions, swa ? nullptr : g.w.rope_freqs, (int) hp.n_rot, hp.rope_type,
-                         n_ctx_orig, base, freq_scale, hp.rope_ext_factor, hp.rope_attn_factor, kYarnBetaFast,
+                         n_ctx_orig, base, freq_scale, hp.rope_ext_factor(), hp.rope_attn_factor, kYarnBetaFast,
                          kYarnBetaSlow);
 }
 
