@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <iterator>
 #include <utility>
 
@@ -23,6 +24,12 @@ int64_t uniform_int(const ModelFile & f, const std::string & key) {
 
 void require_positive(const std::string & key, int64_t v) {
     if (v <= 0) throw ModelFormatError("GGUF key '" + key + "' must be positive, got " + std::to_string(v));
+}
+
+// A context length ggml's RoPE takes as an int (YaRN computes with it).
+void require_context(const std::string & key, int64_t v) {
+    require_positive(key, v);
+    if (v > INT32_MAX) throw ModelFormatError("GGUF key '" + key + "' is " + std::to_string(v) + ", past 2^31 - 1");
 }
 
 // RoPE scaling as llama.cpp reads it (llama_model_base::load_hparams) and its
@@ -52,8 +59,8 @@ void read_rope_scaling(const ModelFile & f, Hparams & hp) {
     // 0, as absent, means the training context (llama_context's n_ctx_orig_yarn)
     const std::string orig_key = hp.key("rope.scaling.original_context_length");
     hp.n_ctx_orig = f.get_int(orig_key, 0);
-    if (hp.n_ctx_orig < 0) throw ModelFormatError("GGUF key '" + orig_key + "' must not be negative");
     if (hp.n_ctx_orig == 0) hp.n_ctx_orig = hp.n_ctx_train;
+    require_context(orig_key, hp.n_ctx_orig);
     hp.rope_attn_factor = 1.0f;
     if (hp.rope_ext_factor() != 0.0f) {
         const float factor = 1.0f / hp.rope_freq_scale;
@@ -108,6 +115,7 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
     hp.n_head_kv = f.has_key(hp.key("attention.head_count_kv")) ? uniform_int(f, hp.key("attention.head_count_kv"))
                                                                  : hp.n_head;
     hp.n_ctx_train = f.get_int(hp.key("context_length"), 2048);
+    require_context(hp.key("context_length"), hp.n_ctx_train);
     for (auto [k, v] : {std::pair<const char *, int64_t>{"embedding_length", hp.n_embd},
                         {"block_count", hp.n_layer}, {"feed_forward_length", hp.n_ff},
                         {"attention.head_count", hp.n_head}, {"attention.head_count_kv", hp.n_head_kv}}) {

@@ -174,6 +174,16 @@ def test_many_threads_on_the_cli_warn_and_run(tiny_model):
     assert json.loads(proc.stdout)["tokens"]
 
 
+@pytest.mark.parametrize("key,value,fragment", [
+    ("llama.context_length", 0, "must be positive"),
+    ("llama.context_length", 2**31, "past 2^31 - 1"),
+    ("llama.rope.scaling.original_context_length", 2**32 - 1, "past 2^31 - 1"),
+])
+def test_a_context_length_ggml_cannot_take_is_refused(tiny_model, tmp_path, key, value, fragment):
+    path = copy_gguf(tiny_model("llama"), tmp_path / "ctx.gguf", keys={key: (value, GGUFValueType.UINT32)})
+    refuses(path, key, fragment)
+
+
 def test_an_original_context_of_zero_means_the_training_context(tiny_model):
     # as llama.cpp's context reads rope.scaling.original_context_length
     tokens = list(range(3, 40))
