@@ -58,7 +58,7 @@ def check_every_window(target, prompt, seq, taps=()):
 @pytest.mark.parametrize("arch", TARGET_ARCHS)
 def test_tiny_verify_rows_match_one_row_steps(tiny_model, arch, dtype):
     # With 64-row prefill chunks gemma3's sliding-window layers keep a ring of
-    # 256 slots (window 8 + 64 - 1, rounded up), and 300 prompt tokens wrap it.
+    # 128 slots (window 8 + 64 - 1, rounded up), and 300 prompt tokens wrap it.
     target = ggspec.load(tiny_model(arch, dtype), n_ctx=512, prefill_chunk=64)
     rng = np.random.default_rng(1)
     prompt = rng.integers(3, target.n_vocab, size=300).tolist()

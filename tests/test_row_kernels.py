@@ -1,10 +1,11 @@
 """ggspec's multi-row CPU kernels (csrc/kernels/) give ggml_mul_mat's bits.
 
-Every weight product of a forward with at least 2 rows runs on them when the CPU
-can and the weight type has a kernel on the path ("vnni": AVX512-VNNI, "avx2"):
-Q8_0, Q5_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K. `row_kernels="off"`
-keeps ggml_mul_mat everywhere. The two targets must agree bit for bit on logits
-and hidden taps, in prefill chunks and in verifies of every size, on each path.
+Every weight product of a forward with at least 2 rows, and attention's products
+with the F16 KV cache, run on them when the CPU can and the type has a kernel on
+the path ("vnni": AVX512-VNNI, "avx2"): every type the loader takes but F32.
+`row_kernels="off"` keeps ggml_mul_mat everywhere. The two targets must agree
+bit for bit on logits and hidden taps, in prefill chunks and in verifies of
+every size, on each path.
 """
 
 import numpy as np
@@ -17,7 +18,7 @@ from tests.test_exactness import assert_bits_equal
 VERIFY_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65)
 TAPS = (0, "final")
 PATHS = ("vnni", "avx2")
-TYPES = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "q4_k", "q5_k", "q6_k")
+TYPES = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "f16", "bf16")
 
 
 def pair(path, kernels, **kw):

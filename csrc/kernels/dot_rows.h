@@ -4,10 +4,14 @@
 // vec_dot), ggml's float helpers, and the loop over activation chunks and
 // weight tiles.
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 
+#include <vector>
+
+#include "ggml-cpu.h"
 #include "ggml.h"
 
 namespace ggspec {
@@ -16,13 +20,46 @@ struct DotRowsJob {
     ggml_type weight_type;
     const void * weights;  // rows row_bytes apart
     size_t row_bytes;
-    const void * acts;     // rows in the weights' vec_dot_type, as ggml quantizes them, act_bytes apart
+    const uint8_t * acts;  // F32 activation rows, act_bytes apart
     size_t act_bytes;
+    ggml_type act_type;    // what ggml_mul_mat quantizes them to: the weights' vec_dot_type
     int64_t n_blocks;      // quant blocks per row (of 32 values, or 256 for the K-quants)
     int64_t n_acts;
     float * dst;           // dst[a * dst_stride + w]
     int64_t dst_stride;
 };
+
+// Activation rows [first, end) of a job in its act_type, contiguous.
+struct ActRows {
+    const uint8_t * data;
+    size_t row_bytes;
+    int64_t first, end;
+    const uint8_t * row(int64_t a) const { return data + (size_t) (a - first) * row_bytes; }
+};
+
+// This thread's buffer number Id of Ts, reused across calls (a thread runs one
+// job at a time, so kernels may share them). Kernels take a reference once per
+// job: each lookup of a thread_local in a shared library is a call.
+template <class T, int Id = 0>
+std::vector<T> & thread_buffer() {
+    static thread_local std::vector<T> buffer;
+    return buffer;
+}
+
+// Rows [a0, a_end) of the job's activations quantized as ggml_mul_mat quantizes
+// them (act_type's from_float, row by row), into this thread's buffer. Each
+// thread quantizes the rows it needs itself: no graph op, no barrier.
+inline ActRows quantize_acts(const DotRowsJob & job, int64_t a0, int64_t a_end) {
+    std::vector<uint8_t> & buffer = thread_buffer<uint8_t>();
+    const int64_t k = job.n_blocks * ggml_blck_size(job.weight_type);
+    const size_t row_bytes = ggml_row_size(job.act_type, k);
+    if (buffer.size() < row_bytes * (size_t) (a_end - a0)) buffer.resize(row_bytes * (size_t) (a_end - a0));
+    const ggml_from_float_t from_float = ggml_get_type_traits_cpu(job.act_type)->from_float;
+    for (int64_t a = a0; a < a_end; ++a) {
+        from_float((const float *) (job.acts + a * job.act_bytes), buffer.data() + (a - a0) * row_bytes, k);
+    }
+    return {buffer.data(), row_bytes, a0, a_end};
+}
 
 constexpr int64_t kActChunk = 64;  // activation rows prepared at a time, so that they stay in L2
 
@@ -32,25 +69,61 @@ inline uint16_t load_u16(const uint8_t * p) {
     return h;
 }
 
+// IQ4_NL's 16 values (IQ4_XS shares them), as ggml's own dequantizer gives them.
+inline const int8_t * iq4_values() {
+    static const auto table = [] {
+        std::array<int8_t, 16> values{};
+        uint8_t block[18] = {0x00, 0x3C};  // d = 1.0 in F16; nibbles 0..15 in values 0..15
+        for (int i = 0; i < 16; ++i) block[2 + i] = (uint8_t) i;
+        float out[32];
+        ggml_get_type_traits(GGML_TYPE_IQ4_NL)->to_float(block, out, 32);
+        for (int i = 0; i < 16; ++i) values[i] = (int8_t) out[i];
+        return values;
+    }();
+    return table.data();
+}
+
 // ggml's hsum_float_8 over 8 lanes, in its order.
 inline float hsum8(const float * l) {
     const float a0 = l[0] + l[4], a1 = l[1] + l[5], a2 = l[2] + l[6], a3 = l[3] + l[7];
     return (a0 + a2) + (a1 + a3);
 }
 
+// The next tile's weights, fetched while a tile computes: decode-then-compute
+// would otherwise leave the memory idle during the compute and the cores idle
+// during the read. Block b of a tile's n_blocks fetches its share of the lines.
+class NextTile {
+public:
+    void set(const uint8_t * next, int64_t bytes, int64_t n_blocks) {
+        next_ = next, bytes_ = bytes, per_block_ = (bytes / std::max<int64_t>(1, n_blocks) + 63) / 64 * 64;
+    }
+    void fetch(int64_t b) const {
+        const int64_t end = std::min(bytes_, (b + 1) * per_block_);
+        for (int64_t line = b * per_block_; line < end; line += 64) __builtin_prefetch(next_ + line);
+    }
+
+private:
+    const uint8_t * next_ = nullptr;
+    int64_t bytes_ = 0, per_block_ = 0;
+};
+
 // Weight rows [w_begin, w_end) against every activation row: activation rows in
-// chunks of kActChunk, each prepared once (kernel.prepare(a0, a_end)); weight
+// chunks of kActChunk, each quantized and prepared once (kernel.prepare(acts)); weight
 // rows in tiles of TileW, each row decoded once into a tile slot
 // (kernel.decode(w, slot)); then kernel.run<TileW>(w0, 0, a0, a_end) for a full
-// tile, or kernel.run<1>(w, slot, a0, a_end) for each row of a partial one.
+// tile, or kernel.run<1>(w, slot, a0, a_end) for each row of a partial one,
+// whose block loops call kernel.next_tile.fetch(b).
 template <int TileW, class Kernel>
 void run_tiles(Kernel & kernel, const DotRowsJob & job, int64_t w_begin, int64_t w_end) {
     for (int64_t a0 = 0; a0 < job.n_acts; a0 += kActChunk) {
         const int64_t a_end = std::min(job.n_acts, a0 + kActChunk);
-        kernel.prepare(a0, a_end);
+        kernel.prepare(quantize_acts(job, a0, a_end));
         for (int64_t w = w_begin; w < w_end; w += TileW) {
             const int64_t n_w = std::min<int64_t>(TileW, w_end - w);
             for (int64_t i = 0; i < n_w; ++i) kernel.decode(w + i, i);
+            const int64_t next_rows = std::max<int64_t>(0, std::min<int64_t>(TileW, w_end - w - TileW));
+            kernel.next_tile.set((const uint8_t *) job.weights + (w + TileW) * job.row_bytes,
+                                 next_rows * (int64_t) job.row_bytes, job.n_blocks);
             if (n_w == TileW) {
                 kernel.template run<TileW>(w, 0, a0, a_end);
             } else {

@@ -17,12 +17,12 @@ constexpr int kTileW = 4;          // weight rows accumulated at once
 constexpr int kTileA = 2;          // activation rows: 4 x 2 integer accumulators (two ymm each on AVX2)
 
 // One weight row's block: each value times its sub-block scale (Q6_K: its
-// unsigned quant 0..63, the -32 offset goes through scales16), and what the
+// unsigned quant 0..63, the -32 offset goes through sub16), and what the
 // float steps need.
 struct alignas(64) WeightBlock {
     int16_t w[kQK];
-    int16_t scales16[16];  // Q6_K: the 16 scales of its 16-value sub-blocks
-    int16_t mins[8];       // Q4_K, Q5_K: the 8 sub-block mins
+    int16_t sub16[16];  // Q6_K: the scales of its 16-value sub-blocks; Q2_K: their mins
+    int16_t mins[8];    // Q4_K, Q5_K: the 8 sub-block mins
     float d;
     float dmin;
 };
@@ -49,50 +49,68 @@ void unpack_scales_mins(const uint8_t * packed, uint8_t scales[8], uint8_t mins[
     std::memcpy(mins, utmp + 2, 8);
 }
 
-// 32 unsigned quants times their scales (the first 16 by scale_lo, the rest by scale_hi).
+// 32 quants (signed bytes) times their scales (the first 16 by scale_lo, the rest by scale_hi).
 GGSPEC_AVX2 void store_scaled(int16_t * out, __m256i quants, int16_t scale_lo, int16_t scale_hi) {
-    const __m256i lo = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(quants));
-    const __m256i hi = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(quants, 1));
+    const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(quants));
+    const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(quants, 1));
     _mm256_store_si256((__m256i *) out, _mm256_mullo_epi16(lo, _mm256_set1_epi16(scale_lo)));
     _mm256_store_si256((__m256i *) (out + 16), _mm256_mullo_epi16(hi, _mm256_set1_epi16(scale_hi)));
 }
 
-// Block layouts (ggml-common.h): q4_K {d, dmin, scales[12], qs[128]}, q5_K {d, dmin,
-// scales[12], qh[32], qs[128]}, q6_K {ql[128], qh[64], scales[16], d}.
-GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock & out) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    if (type == GGML_TYPE_Q6_K) {
-        const int8_t * scales = (const int8_t *) (block + 192);
-        out.d = _cvtsh_ss(load_u16(block + 208));
-        for (int i = 0; i < 16; ++i) out.scales16[i] = scales[i];
-        const __m256i m3 = _mm256_set1_epi8(3);
-        for (int half = 0; half < 2; ++half) {
-            const uint8_t * ql = block + 64 * half;
-            const __m256i bits1 = _mm256_loadu_si256((const __m256i *) ql);
-            const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (ql + 32));
-            const __m256i high = _mm256_loadu_si256((const __m256i *) (block + 128 + 32 * half));
-            const __m256i q[4] = {
-                _mm256_or_si256(_mm256_and_si256(bits1, m4), _mm256_slli_epi16(_mm256_and_si256(high, m3), 4)),
-                _mm256_or_si256(_mm256_and_si256(bits2, m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2), m3), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 4), m3), 4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4),
-                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 6), m3), 4)),
-            };
-            for (int i = 0; i < 4; ++i) {
-                const int chunk = 4 * half + i;  // values 32 chunk.., scales 2 chunk and 2 chunk + 1
-                store_scaled(out.w + 32 * chunk, q[i], scales[2 * chunk], scales[2 * chunk + 1]);
-            }
+// Block layouts (ggml-common.h): q2_K {scales[16], qs[64], d, dmin}, q3_K
+// {hmask[32], qs[64], scales[12], d}, q4_K {d, dmin, scales[12], qs[128]}, q5_K
+// {d, dmin, scales[12], qh[32], qs[128]}, q6_K {ql[128], qh[64], scales[16], d},
+// iq4_xs {d, scales_h (u16), scales_l[4], qs[128]}. Chunk c of a block holds
+// values 32c..32c+31, which meet the activation values at the same places.
+GGSPEC_AVX2 void decode_q2_k(const uint8_t * block, WeightBlock & out) {
+    const uint8_t * scales = block;  // low nibble: scale, high nibble: min, per 16 values
+    out.d = _cvtsh_ss(load_u16(block + 80));
+    out.dmin = _cvtsh_ss(load_u16(block + 82));
+    for (int i = 0; i < 16; ++i) out.sub16[i] = scales[i] >> 4;
+    const __m256i m3 = _mm256_set1_epi8(3);
+    for (int j = 0; j < 2; ++j) {  // 32 bytes: bits 2i..2i+1 of each are chunk 4j + i
+        const __m256i bits = _mm256_loadu_si256((const __m256i *) (block + 16 + 32 * j));
+        for (int i = 0; i < 4; ++i) {
+            const int c = 4 * j + i;
+            store_scaled(out.w + 32 * c, _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3), scales[2 * c] & 15,
+                         scales[2 * c + 1] & 15);
         }
-        return;
     }
+}
+
+GGSPEC_AVX2 void decode_q3_k(const uint8_t * block, WeightBlock & out) {
+    out.d = _cvtsh_ss(load_u16(block + 108));
+    uint32_t aux[3];  // 16 six-bit scales, offset by 32, as ggml unpacks them
+    std::memcpy(aux, block + 96, 12);
+    constexpr uint32_t kmask1 = 0x03030303, kmask2 = 0x0f0f0f0f;
+    const uint32_t packed[4] = {(aux[0] & kmask2) | (((aux[2] >> 0) & kmask1) << 4),
+                                (aux[1] & kmask2) | (((aux[2] >> 2) & kmask1) << 4),
+                                ((aux[0] >> 4) & kmask2) | (((aux[2] >> 4) & kmask1) << 4),
+                                ((aux[1] >> 4) & kmask2) | (((aux[2] >> 6) & kmask1) << 4)};
+    uint8_t scales[16];
+    std::memcpy(scales, packed, 16);
+    const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1), four = _mm256_set1_epi8(4);
+    const __m256i hmask = _mm256_loadu_si256((const __m256i *) block);
+    for (int j = 0; j < 2; ++j) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *) (block + 32 + 32 * j));
+        for (int i = 0; i < 4; ++i) {  // value = low 2 bits + 4 * (bit c of hmask) - 4
+            const int c = 4 * j + i;
+            const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3);
+            const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, c), one);
+            const __m256i q = _mm256_sub_epi8(_mm256_add_epi8(low, _mm256_slli_epi16(high, 2)), four);
+            store_scaled(out.w + 32 * c, q, (int8_t) (scales[2 * c] - 32), (int8_t) (scales[2 * c + 1] - 32));
+        }
+    }
+}
+
+// Q4_K and Q5_K: 6-bit scales and mins per 32 values.
+GGSPEC_AVX2 void decode_q45_k(bool q5, const uint8_t * block, WeightBlock & out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     uint8_t scales[8], mins[8];
     out.d = _cvtsh_ss(load_u16(block));
     out.dmin = _cvtsh_ss(load_u16(block + 2));
     unpack_scales_mins(block + 4, scales, mins);
     for (int i = 0; i < 8; ++i) out.mins[i] = mins[i];
-    const bool q5 = type == GGML_TYPE_Q5_K;
     const uint8_t * qs = block + (q5 ? 48 : 16);
     const __m256i high = q5 ? _mm256_loadu_si256((const __m256i *) (block + 16)) : _mm256_setzero_si256();
     const __m256i one = _mm256_set1_epi8(1);
@@ -109,12 +127,101 @@ GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock
     }
 }
 
+GGSPEC_AVX2 void decode_q6_k(const uint8_t * block, WeightBlock & out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const int8_t * scales = (const int8_t *) (block + 192);
+    out.d = _cvtsh_ss(load_u16(block + 208));
+    for (int i = 0; i < 16; ++i) out.sub16[i] = scales[i];
+    for (int half = 0; half < 2; ++half) {
+        const uint8_t * ql = block + 64 * half;
+        const __m256i bits1 = _mm256_loadu_si256((const __m256i *) ql);
+        const __m256i bits2 = _mm256_loadu_si256((const __m256i *) (ql + 32));
+        const __m256i high = _mm256_loadu_si256((const __m256i *) (block + 128 + 32 * half));
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(bits1, m4), _mm256_slli_epi16(_mm256_and_si256(high, m3), 4)),
+            _mm256_or_si256(_mm256_and_si256(bits2, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2), m3), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits1, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 4), m3), 4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits2, 4), m4),
+                            _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 6), m3), 4)),
+        };
+        for (int i = 0; i < 4; ++i) {
+            const int chunk = 4 * half + i;  // values 32 chunk.., scales 2 chunk and 2 chunk + 1
+            store_scaled(out.w + 32 * chunk, q[i], scales[2 * chunk], scales[2 * chunk + 1]);
+        }
+    }
+}
+
+GGSPEC_AVX2 void decode_iq4_xs(const uint8_t * block, WeightBlock & out) {
+    out.d = _cvtsh_ss(load_u16(block));
+    const uint16_t scales_h = load_u16(block + 2);
+    const __m128i values = _mm_loadu_si128((const __m128i *) iq4_values());
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    for (int c = 0; c < 8; ++c) {  // 16 bytes a chunk: low nibbles are values 0..15, high ones 16..31
+        const int scale = (((block[4 + c / 2] >> (4 * (c % 2))) & 15) | (((scales_h >> (2 * c)) & 3) << 4)) - 32;
+        const __m128i bits = _mm_loadu_si128((const __m128i *) (block + 8 + 16 * c));
+        const __m256i q = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)),
+                                           _mm_shuffle_epi8(values, _mm_and_si128(bits, m4)));
+        store_scaled(out.w + 32 * c, q, (int16_t) scale, (int16_t) scale);
+    }
+}
+
+// IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S code their values through lattice grids.
+// ggml's dot multiplies the grid values by their signs and by 2 ls + 1 (the
+// sub-block scale) in integers, and the float sum by d and then by a constant;
+// its dequantizer gives value x (2 ls + 1) x that constant, times d.
+struct GridCode {
+    float unit;    // 1 / the constant
+    float factor;  // the constant, as ggml's dot applies it
+};
+
+GridCode grid_code(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_IQ2_XXS:
+        case GGML_TYPE_IQ2_XS: return {8.0f, 0.125f};
+        case GGML_TYPE_IQ3_XXS: return {4.0f, 0.25f};
+        default: return {1.0f, 1.0f};  // IQ3_S
+    }
+}
+
+bool grid_coded(ggml_type type) {
+    return type == GGML_TYPE_IQ2_XXS || type == GGML_TYPE_IQ2_XS || type == GGML_TYPE_IQ3_XXS ||
+           type == GGML_TYPE_IQ3_S;
+}
+
+// The integers, from ggml's own dequantizer with d (the first two bytes of
+// every one of these blocks) set to 1: exact, all small multiples of 2^-3.
+GGSPEC_AVX2 void decode_grid(ggml_type type, const uint8_t * block, WeightBlock & out) {
+    const size_t bytes = ggml_type_size(type);
+    uint8_t unit_d[128];
+    std::memcpy(unit_d, block, bytes);
+    unit_d[0] = 0x00, unit_d[1] = 0x3C;  // 1.0 in F16
+    float values[kQK];
+    ggml_get_type_traits(type)->to_float(unit_d, values, kQK);
+    const float unit = grid_code(type).unit;
+    for (int i = 0; i < kQK; ++i) out.w[i] = (int16_t) (values[i] * unit);
+    out.d = _cvtsh_ss(load_u16(block));
+}
+
+GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock & out) {
+    if (grid_coded(type)) return decode_grid(type, block, out);
+    switch (type) {
+        case GGML_TYPE_Q2_K: return decode_q2_k(block, out);
+        case GGML_TYPE_Q3_K: return decode_q3_k(block, out);
+        case GGML_TYPE_Q4_K: return decode_q45_k(false, block, out);
+        case GGML_TYPE_Q5_K: return decode_q45_k(true, block, out);
+        case GGML_TYPE_Q6_K: return decode_q6_k(block, out);
+        default: return decode_iq4_xs(block, out);
+    }
+}
+
 // q8_K {d (f32), qs[256], bsums[16] (i16)}
-GGSPEC_AVX2 void pack_activations(const DotRowsJob & job, int64_t a_begin, int64_t a_end,
-                                    std::vector<ActBlock> & packed) {
+GGSPEC_AVX2 void pack_activations(const DotRowsJob & job, const ActRows & acts, std::vector<ActBlock> & packed) {
+    const int64_t a_begin = acts.first, a_end = acts.end;
     packed.resize((size_t) ((a_end - a_begin) * job.n_blocks));
     for (int64_t a = a_begin; a < a_end; ++a) {
-        const uint8_t * row = (const uint8_t *) job.acts + a * job.act_bytes;
+        const uint8_t * row = acts.row(a);
         for (int64_t b = 0; b < job.n_blocks; ++b) {
             const uint8_t * block = row + b * 292;
             ActBlock & out = packed[(size_t) ((a - a_begin) * job.n_blocks + b)];
@@ -138,13 +245,18 @@ struct Accumulators {
 
 
 // One block's float steps, as ggml's vec_dot takes them, from its 8 integer lanes.
-GGSPEC_AVX2 void add_block(ggml_type type, const WeightBlock & wb, const ActBlock & ab, __m256i sumi,
+// Inlined into the tiles: a call per block and output costs more than its float steps.
+__attribute__((always_inline)) GGSPEC_AVX2 inline void add_block(ggml_type type, const WeightBlock & wb, const ActBlock & ab, __m256i sumi,
                            Accumulators & acc) {
     if (type == GGML_TYPE_Q6_K) {
         const __m256i bsums = _mm256_load_si256((const __m256i *) ab.bsums);
-        const __m256i scales = _mm256_load_si256((const __m256i *) wb.scales16);
+        const __m256i scales = _mm256_load_si256((const __m256i *) wb.sub16);
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales), 5));
-    } else {
+    } else if (type == GGML_TYPE_Q2_K) {  // the mins first, into the same lanes
+        const __m256i prod = _mm256_madd_epi16(_mm256_load_si256((const __m256i *) wb.sub16),
+                                               _mm256_load_si256((const __m256i *) ab.bsums));
+        acc.lanes = _mm256_fmadd_ps(_mm256_set1_ps(-ab.d * wb.dmin), _mm256_cvtepi32_ps(prod), acc.lanes);
+    } else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) {
         const float dmin = -ab.d * wb.dmin;
         const __m128i prod = _mm_madd_epi16(_mm_load_si128((const __m128i *) wb.mins),
                                             _mm_load_si128((const __m128i *) ab.sums32));
@@ -169,6 +281,8 @@ GGSPEC_AVX2 float finish(ggml_type type, const Accumulators & acc) {
         sum += (m[0] + m[2]) + (m[1] + m[3]);
     } else if (type == GGML_TYPE_Q5_K) {
         sum += acc.min_sum;
+    } else if (grid_coded(type)) {
+        sum = grid_code(type).factor * sum;
     }
     return sum;
 }
@@ -185,10 +299,11 @@ GGSPEC_AVX2 void store(const DotRowsJob & job, const Accumulators (&acc)[TW][TA]
 // chunk and leaves lanes 2k and 2k+1 to be summed into ggml's lane k.
 template <int TW, int TA>
 GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
-                             int64_t a_chunk, int64_t a) {
+                             int64_t a_chunk, int64_t a, const NextTile & next) {
     const int64_t nb = job.n_blocks;
     Accumulators acc[TW][TA];
     for (int64_t b = 0; b < nb; ++b) {
+        next.fetch(b);
         __m512i lanes[TW][TA];
         for (int w = 0; w < TW; ++w)
             for (int r = 0; r < TA; ++r) lanes[w][r] = _mm512_setzero_si512();
@@ -216,10 +331,11 @@ GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights
 // puts the pairs back in ggml's lane order.
 template <int TW, int TA>
 GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
-                           int64_t a_chunk, int64_t a) {
+                           int64_t a_chunk, int64_t a, const NextTile & next) {
     const int64_t nb = job.n_blocks;
     Accumulators acc[TW][TA];
     for (int64_t b = 0; b < nb; ++b) {
+        next.fetch(b);
         __m256i lo[TW][TA], hi[TW][TA];
         for (int w = 0; w < TW; ++w)
             for (int r = 0; r < TA; ++r) lo[w][r] = hi[w][r] = _mm256_setzero_si256();
@@ -255,7 +371,7 @@ public:
     Kernel(const DotRowsJob & job, bool vnni) : job_(job), vnni_(vnni) {
         weights_.resize((size_t) (kTileW * job.n_blocks));
     }
-    void prepare(int64_t a0, int64_t a_end) { pack_activations(job_, a0, a_end, packed_); }
+    void prepare(const ActRows & acts) { pack_activations(job_, acts, packed_); }
     void decode(int64_t w, int64_t slot) {
         const uint8_t * row = (const uint8_t *) job_.weights + w * job_.row_bytes;
         const size_t block_bytes = job_.row_bytes / (size_t) job_.n_blocks;
@@ -263,6 +379,8 @@ public:
             decode_block(job_.weight_type, row + b * block_bytes, weights_[(size_t) (slot * job_.n_blocks + b)]);
         }
     }
+    NextTile next_tile;
+
     template <int TW>
     void run(int64_t w0, int64_t slot, int64_t a0, int64_t a_end) {
         const WeightBlock * weights = weights_.data() + slot * job_.n_blocks;
@@ -276,24 +394,22 @@ private:
     template <int TW, int TA>
     void tile(const WeightBlock * weights, int64_t w0, int64_t a0, int64_t a) {
         if (vnni_) {
-            tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a);
+            tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
         } else if constexpr (TW % 2 == 0) {
             for (int w = 0; w < TW; w += 2) {
-                tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a);
+                tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a, next_tile);
             }
         } else {
-            tile_avx2<TW, TA>(job_, weights, w0, packed_.data(), a0, a);
+            tile_avx2<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
         }
     }
 
     const DotRowsJob & job_;
     const bool vnni_;
-    static thread_local std::vector<ActBlock> packed_;  // per thread, reused across calls
-    static thread_local std::vector<WeightBlock> weights_;
+    std::vector<ActBlock> & packed_ = thread_buffer<ActBlock>();  // this thread's, reused across calls
+    std::vector<WeightBlock> & weights_ = thread_buffer<WeightBlock>();
 };
 
-thread_local std::vector<ActBlock> Kernel::packed_;
-thread_local std::vector<WeightBlock> Kernel::weights_;
 
 }  // namespace
 

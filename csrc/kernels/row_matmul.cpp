@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ggml-cpu.h"
+#include "kernels/half_dot_rows.h"
 #include "kernels/k_dot_rows.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
@@ -23,13 +24,16 @@ constexpr int64_t kWeightRowAlign = 8;  // a multiple of every kernel's weight t
 const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni};
 
 bool path_handles(ggml_type type, RowKernels path) {
-    return path != RowKernels::off && (k_dot_rows_handles(type) || q8_dot_rows_handles(type));
+    return path != RowKernels::off &&
+           (k_dot_rows_handles(type) || q8_dot_rows_handles(type) || half_dot_rows_handles(type));
 }
 
-// The kernel for a weight type: 32-value blocks or the K-quants' 256.
+// The kernel for a weight type: halves, 32-value blocks or the K-quants' 256.
 void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path) {
 #if GGSPEC_X86_KERNEL
-    if (k_dot_rows_handles(job.weight_type)) {
+    if (half_dot_rows_handles(job.weight_type)) {
+        half_dot_rows(job, w_begin, w_end);  // float FMAs: the same code on both paths
+    } else if (k_dot_rows_handles(job.weight_type)) {
         k_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
     } else {
         (path == RowKernels::vnni ? q8_dot_rows_vnni : q8_dot_rows_avx2)(job, w_begin, w_end);
@@ -39,22 +43,42 @@ void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels
 #endif
 }
 
-void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
-    const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * a = dst->src[1];
-    const DotRowsJob job{w->type,    w->data,    w->nb[1], a->data, a->nb[1], w->ne[0] / ggml_blck_size(w->type),
-                        a->ne[1], (float *) dst->data, dst->ne[0]};
-    const int64_t n = w->ne[1];
-    const int64_t per = ((n + nth - 1) / nth + kWeightRowAlign - 1) / kWeightRowAlign * kWeightRowAlign;
-    const int64_t begin = std::min(n, ith * per);
-    dot_rows(job, begin, std::min(n, begin + per), *(const RowKernels *) userdata);
-}
-
 // What ggml quantizes the activations to for this weight type (its vec_dot_type).
 ggml_type activation_type(ggml_type weight_type) {
+    if (half_dot_rows_handles(weight_type)) return weight_type;
     if (k_dot_rows_handles(weight_type)) return GGML_TYPE_Q8_K;
     return q8_has_min(weight_type) ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
 }
+
+// dst [n_w, n_a, n_mat] = w [k, n_w, n_w_mat] x a [k, n_a, n_mat], matrix i of a
+// meeting matrix i / (n_mat / n_w_mat) of w (ggml_mul_mat's broadcast: attention
+// heads sharing a KV head). Threads split the weight rows of all matrices
+// together, in runs of kWeightRowAlign within a matrix.
+void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * w = dst->src[0];
+    const ggml_tensor * a = dst->src[1];
+    const int64_t n_w = w->ne[1], n_mat = a->ne[2], per_w_mat = n_mat / w->ne[2];
+    const int64_t runs = (n_w + kWeightRowAlign - 1) / kWeightRowAlign;  // per matrix
+    const int64_t per = (runs * n_mat + nth - 1) / nth;
+    const int64_t first = std::min(runs * n_mat, ith * per), last = std::min(runs * n_mat, first + per);
+    for (int64_t run = first; run < last;) {
+        const int64_t m = run / runs, end = std::min(last, (m + 1) * runs);  // this matrix's share
+        const DotRowsJob job{w->type,
+                             (const uint8_t *) w->data + (m / per_w_mat) * w->nb[2],
+                             w->nb[1],
+                             (const uint8_t *) a->data + m * a->nb[2],
+                             a->nb[1],
+                             activation_type(w->type),
+                             w->ne[0] / ggml_blck_size(w->type),
+                             a->ne[1],
+                             (float *) ((uint8_t *) dst->data + m * dst->nb[2]),
+                             dst->ne[0]};
+        dot_rows(job, (run - m * runs) * kWeightRowAlign, std::min(n_w, (end - m * runs) * kWeightRowAlign),
+                 *(const RowKernels *) userdata);
+        run = end;
+    }
+}
+
 
 // Random weights and activations through both ggml's vec_dot and the kernel,
 // at 1..9 activation rows; any differing bit disables the kernel for the type.
@@ -63,22 +87,28 @@ bool probe(ggml_type type, RowKernels path) {
     const ggml_type act_type = activation_type(type);
     const ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(act_type);
     if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
-    // k: 24 blocks of 32, 3 of 256; 27 weight rows leave a partial tile on every kernel
-    const int64_t k = 768, n_w = 27, n_a = 9;
+    // k: 3 blocks of 256, 25 of 32 (IQ4_NL's last one unpaired), or 768 halves
+    // and a scalar tail of 19; 27 weight rows leave a partial tile on every kernel
+    const int64_t block = ggml_blck_size(type);
+    const int64_t k = block == 1 ? 787 : block == 32 ? 800 : 768, n_w = 27, n_a = 9;
     const size_t row = ggml_row_size(type, k), act_row = ggml_row_size(act_type, k);
     std::mt19937 rng(20261129);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> values((size_t) (k * std::max(n_w, n_a)));
     std::vector<uint8_t> weights(row * n_w), acts(act_row * n_a);
+    std::vector<float> act_values((size_t) (k * n_a));
     for (float & v : values) v = normal(rng) * 0.05f;
-    ggml_quantize_chunk(type, values.data(), weights.data(), 0, n_w, k, nullptr);
-    for (float & v : values) v = normal(rng) * 3.0f;
-    for (int64_t a = 0; a < n_a; ++a) act_traits->from_float(values.data() + a * k, acts.data() + a * act_row, k);
+    const std::vector<float> importance((size_t) k, 1.0f);  // the IQ2 quantizers need one
+    ggml_quantize_chunk(type, values.data(), weights.data(), 0, n_w, k,
+                        ggml_quantize_requires_imatrix(type) ? importance.data() : nullptr);
+    for (float & v : act_values) v = normal(rng) * 3.0f;
+    for (int64_t a = 0; a < n_a; ++a) act_traits->from_float(act_values.data() + a * k, acts.data() + a * act_row, k);
 
     for (int64_t rows = 1; rows <= n_a; ++rows) {
         std::vector<float> got((size_t) (rows * n_w));
-        dot_rows(DotRowsJob{type, weights.data(), row, acts.data(), act_row, k / ggml_blck_size(type), rows, got.data(),
-                           n_w}, 0, n_w, path);
+        dot_rows(DotRowsJob{type, weights.data(), row, (const uint8_t *) act_values.data(), (size_t) k * sizeof(float),
+                            act_type, k / ggml_blck_size(type), rows, got.data(), n_w},
+                 0, n_w, path);
         for (int64_t a = 0; a < rows; ++a) {
             for (int64_t w = 0; w < n_w; ++w) {
                 float want;
@@ -150,13 +180,13 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
 }
 
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path) {
-    const bool kernel = x->type == GGML_TYPE_F32 && ggml_n_dims(x) <= 2 && ggml_n_dims(w) == 2 &&
-                        x->ne[1] >= kRowKernelMinRows && ggml_is_contiguous(w) && row_kernel_usable(w->type, path);
+    const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
+                        x->ne[1] >= kRowKernelMinRows &&
+                        x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
+                        row_kernel_usable(w->type, path);
     if (!kernel) return ggml_mul_mat(ctx, w, x);
-    // ggml_cpy quantizes each row with the same from_float that ggml_mul_mat applies.
-    ggml_tensor * xq = ggml_cpy(ctx, x, ggml_new_tensor_2d(ctx, activation_type(w->type), x->ne[0], x->ne[1]));
-    ggml_tensor * args[2] = {w, xq};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], 1, 1, args, 2, dot_rows_op, GGML_N_TASKS_MAX,
+    ggml_tensor * args[2] = {w, x};  // the kernels quantize x's rows as ggml_mul_mat does
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 2, dot_rows_op, GGML_N_TASKS_MAX,
                           (void *) &kPaths[(int) path]);
 }
 

@@ -27,7 +27,10 @@ constexpr int64_t kRowKernelMinRows = 2;
 bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 
 // w [k, n] (weights in host memory), x [k, rows] F32 -> [n, rows] F32, equal bit
-// for bit to ggml_mul_mat(ctx, w, x). Uses the path's kernel where usable.
+// for bit to ggml_mul_mat(ctx, w, x). Uses the path's kernel where usable. Also
+// for a stack of matrices, as attention multiplies its heads: w [k, n, m_w] (each
+// row contiguous) and x [k, rows, m] -> [n, rows, m], matrix i of x meeting
+// matrix i / (m / m_w) of w.
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path);
 
 }  // namespace ggspec

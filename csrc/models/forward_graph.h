@@ -51,7 +51,8 @@ struct ForwardGraph {
     std::vector<ggml_tensor *> writes;
 
     const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
-    // A weight matrix times activations, ggml_mul_mat's bits either way (kernels/row_matmul.h).
+    // A weight matrix (or attention's cached K and V) times activations,
+    // ggml_mul_mat's bits either way (kernels/row_matmul.h).
     ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x) const { return row_mul_mat(ctx, weight, x, row_kernels); }
 };
 

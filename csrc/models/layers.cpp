@@ -76,9 +76,9 @@ ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor 
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
     auto [kcache, vcache] = cache_kv(g, il, k, v);
-    ggml_tensor * kq = ggml_mul_mat(ctx, kcache, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
+    ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
     kq = ggml_soft_max_ext(ctx, kq, g.attention_inputs(il).mask, hp.kq_scale, 0.0f);
-    ggml_tensor * kqv = ggml_mul_mat(ctx, vcache, kq);  // [hd, n, n_head]
+    ggml_tensor * kqv = g.matmul(vcache, kq);  // [hd, n, n_head]
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim * hp.n_head, g.n_rows);
 }
 
