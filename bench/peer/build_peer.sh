@@ -15,7 +15,7 @@ SDIST_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
 PEER_DIR=${GGSPEC_PEER_DIR:-$HOME/.cache/ggspec/peer}
 JOBS=${GGSPEC_PEER_JOBS:-2}
 
-TOOLS=(llama-completion llama-cli llama-server llama-bench llama-speculative-simple llama-tokenize)
+TOOLS=(llama-completion llama-cli llama-server llama-bench llama-speculative-simple llama-tokenize llama-quantize)
 
 # GGML_NATIVE=OFF: -march=native faults on hosts that report AMX but cannot run it.
 # The SIMD level is pinned to what the libggml-python wheel ships (its

@@ -16,20 +16,36 @@ constexpr int kChunks = kQK / 32;  // 32-value chunks per block: one zmm of 16-b
 constexpr int kTileW = 4;          // weight rows accumulated at once
 constexpr int kTileA = 2;          // activation rows: 4 x 2 integer accumulators (two ymm each on AVX2)
 
-// One weight row's block: each value times its sub-block scale (Q6_K: its
-// unsigned quant 0..63, the -32 offset goes through sub16), and what the
-// float steps need.
+// One weight row's block, in one of two forms: each value times its sub-block
+// scale as 16 bits (Q6_K: its unsigned quant 0..63, the -32 offset goes through
+// sub16), for vpdpwssd or vpmaddwd; or, on the AVX2 path for the types whose
+// quants are unsigned (Q2_K, Q4_K, Q5_K, Q6_K), the quants as bytes for
+// vpmaddubsw and each chunk's scales beside them for the vpmaddwd that follows,
+// ggml's own two steps. And what the float steps need.
 struct alignas(64) WeightBlock {
-    int16_t w[kQK];
+    union {
+        int16_t w[kQK];
+        struct {
+            uint8_t q[kQK];
+            int16_t scales[kChunks][16];  // per 32-value chunk: lanes 0..7 scale values 0..15, 8..15 the rest
+        } bytes;
+    };
     int16_t sub16[16];  // Q6_K: the scales of its 16-value sub-blocks; Q2_K: their mins
     int16_t mins[8];    // Q4_K, Q5_K: the 8 sub-block mins
     float d;
     float dmin;
+    bool as_bytes;      // which form, set before decoding
 };
+
+// The AVX2 path's byte form, for these types.
+bool unsigned_quants(ggml_type t) {
+    return t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q4_K || t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K;
+}
 
 // One activation row's Q8_K block, widened.
 struct alignas(64) ActBlock {
     int16_t y[kQK];
+    int8_t y8[kQK];     // the same, as Q8_K holds them
     int16_t bsums[16];  // sums of 16 values (Q8_K's own)
     int16_t sums32[8];  // sums of 32 values, as ggml's hadd of bsums
     float d;
@@ -49,12 +65,19 @@ void unpack_scales_mins(const uint8_t * packed, uint8_t scales[8], uint8_t mins[
     std::memcpy(mins, utmp + 2, 8);
 }
 
-// 32 quants (signed bytes) times their scales (the first 16 by scale_lo, the rest by scale_hi).
-GGSPEC_AVX2 void store_scaled(int16_t * out, __m256i quants, int16_t scale_lo, int16_t scale_hi) {
+// Chunk c's 32 quants (signed bytes; in byte form unsigned) and their scales
+// (the first 16 values' scale_lo, the rest's scale_hi), in the block's form.
+GGSPEC_AVX2 void put_chunk(WeightBlock & out, int c, __m256i quants, int16_t scale_lo, int16_t scale_hi) {
+    if (out.as_bytes) {
+        _mm256_store_si256((__m256i *) (out.bytes.q + 32 * c), quants);
+        _mm256_store_si256((__m256i *) out.bytes.scales[c],
+                           _mm256_set_m128i(_mm_set1_epi16(scale_hi), _mm_set1_epi16(scale_lo)));
+        return;
+    }
     const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(quants));
     const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(quants, 1));
-    _mm256_store_si256((__m256i *) out, _mm256_mullo_epi16(lo, _mm256_set1_epi16(scale_lo)));
-    _mm256_store_si256((__m256i *) (out + 16), _mm256_mullo_epi16(hi, _mm256_set1_epi16(scale_hi)));
+    _mm256_store_si256((__m256i *) (out.w + 32 * c), _mm256_mullo_epi16(lo, _mm256_set1_epi16(scale_lo)));
+    _mm256_store_si256((__m256i *) (out.w + 32 * c + 16), _mm256_mullo_epi16(hi, _mm256_set1_epi16(scale_hi)));
 }
 
 // Block layouts (ggml-common.h): q2_K {scales[16], qs[64], d, dmin}, q3_K
@@ -72,8 +95,8 @@ GGSPEC_AVX2 void decode_q2_k(const uint8_t * block, WeightBlock & out) {
         const __m256i bits = _mm256_loadu_si256((const __m256i *) (block + 16 + 32 * j));
         for (int i = 0; i < 4; ++i) {
             const int c = 4 * j + i;
-            store_scaled(out.w + 32 * c, _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3), scales[2 * c] & 15,
-                         scales[2 * c + 1] & 15);
+            put_chunk(out, c, _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3), scales[2 * c] & 15,
+                      scales[2 * c + 1] & 15);
         }
     }
 }
@@ -98,7 +121,7 @@ GGSPEC_AVX2 void decode_q3_k(const uint8_t * block, WeightBlock & out) {
             const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * i), m3);
             const __m256i high = _mm256_and_si256(_mm256_srli_epi16(hmask, c), one);
             const __m256i q = _mm256_sub_epi8(_mm256_add_epi8(low, _mm256_slli_epi16(high, 2)), four);
-            store_scaled(out.w + 32 * c, q, (int8_t) (scales[2 * c] - 32), (int8_t) (scales[2 * c + 1] - 32));
+            put_chunk(out, c, q, (int8_t) (scales[2 * c] - 32), (int8_t) (scales[2 * c + 1] - 32));
         }
     }
 }
@@ -122,8 +145,8 @@ GGSPEC_AVX2 void decode_q45_k(bool q5, const uint8_t * block, WeightBlock & out)
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * j), one), 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * j + 1), one), 4));
         }
-        store_scaled(out.w + 64 * j, lo, scales[2 * j], scales[2 * j]);
-        store_scaled(out.w + 64 * j + 32, hi, scales[2 * j + 1], scales[2 * j + 1]);
+        put_chunk(out, 2 * j, lo, scales[2 * j], scales[2 * j]);
+        put_chunk(out, 2 * j + 1, hi, scales[2 * j + 1], scales[2 * j + 1]);
     }
 }
 
@@ -148,7 +171,7 @@ GGSPEC_AVX2 void decode_q6_k(const uint8_t * block, WeightBlock & out) {
         };
         for (int i = 0; i < 4; ++i) {
             const int chunk = 4 * half + i;  // values 32 chunk.., scales 2 chunk and 2 chunk + 1
-            store_scaled(out.w + 32 * chunk, q[i], scales[2 * chunk], scales[2 * chunk + 1]);
+            put_chunk(out, chunk, q[i], scales[2 * chunk], scales[2 * chunk + 1]);
         }
     }
 }
@@ -163,7 +186,7 @@ GGSPEC_AVX2 void decode_iq4_xs(const uint8_t * block, WeightBlock & out) {
         const __m128i bits = _mm_loadu_si128((const __m128i *) (block + 8 + 16 * c));
         const __m256i q = _mm256_set_m128i(_mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(bits, 4), m4)),
                                            _mm_shuffle_epi8(values, _mm_and_si128(bits, m4)));
-        store_scaled(out.w + 32 * c, q, (int16_t) scale, (int16_t) scale);
+        put_chunk(out, c, q, (int16_t) scale, (int16_t) scale);
     }
 }
 
@@ -226,6 +249,7 @@ GGSPEC_AVX2 void pack_activations(const DotRowsJob & job, const ActRows & acts, 
             const uint8_t * block = row + b * 292;
             ActBlock & out = packed[(size_t) ((a - a_begin) * job.n_blocks + b)];
             std::memcpy(&out.d, block, 4);
+            std::memcpy(out.y8, block + 4, kQK);
             for (int i = 0; i < kQK / 16; ++i) {
                 const __m128i y = _mm_loadu_si128((const __m128i *) (block + 4 + 16 * i));
                 _mm256_store_si256((__m256i *) (out.y + 16 * i), _mm256_cvtepi8_epi16(y));
@@ -366,6 +390,39 @@ GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, 
     store(job, acc, w0, a_chunk + a);
 }
 
+// The AVX2 path for the byte form: per chunk, vpmaddubsw of the unsigned quants
+// and the activation bytes into pairs (at most 63 x 127 x 2: no saturation),
+// then vpmaddwd by the chunk's scales puts each lane of 4 values in ggml's lane
+// order, as ggml's own dot does.
+template <int TW, int TA>
+GGSPEC_AVX2 void tile_avx2_bytes(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
+                                 int64_t a_chunk, int64_t a, const NextTile & next) {
+    const int64_t nb = job.n_blocks;
+    Accumulators acc[TW][TA];
+    for (int64_t b = 0; b < nb; ++b) {
+        next.fetch(b);
+        __m256i lanes[TW][TA];
+        for (int w = 0; w < TW; ++w)
+            for (int r = 0; r < TA; ++r) lanes[w][r] = _mm256_setzero_si256();
+        for (int c = 0; c < kChunks; ++c) {
+            __m256i y[TA];
+            for (int r = 0; r < TA; ++r) y[r] = _mm256_load_si256((const __m256i *) (acts[(a + r) * nb + b].y8 + 32 * c));
+            for (int w = 0; w < TW; ++w) {
+                const WeightBlock & wb = weights[w * nb + b];
+                const __m256i q = _mm256_load_si256((const __m256i *) (wb.bytes.q + 32 * c));
+                const __m256i scales = _mm256_load_si256((const __m256i *) wb.bytes.scales[c]);
+                for (int r = 0; r < TA; ++r) {
+                    lanes[w][r] = _mm256_add_epi32(lanes[w][r],
+                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(q, y[r]), scales));
+                }
+            }
+        }
+        for (int w = 0; w < TW; ++w)
+            for (int r = 0; r < TA; ++r) add_block(job.weight_type, weights[w * nb + b], acts[(a + r) * nb + b], lanes[w][r], acc[w][r]);
+    }
+    store(job, acc, w0, a_chunk + a);
+}
+
 class Kernel {
 public:
     Kernel(const DotRowsJob & job, bool vnni) : job_(job), vnni_(vnni) {
@@ -376,7 +433,9 @@ public:
         const uint8_t * row = (const uint8_t *) job_.weights + w * job_.row_bytes;
         const size_t block_bytes = job_.row_bytes / (size_t) job_.n_blocks;
         for (int64_t b = 0; b < job_.n_blocks; ++b) {
-            decode_block(job_.weight_type, row + b * block_bytes, weights_[(size_t) (slot * job_.n_blocks + b)]);
+            WeightBlock & out = weights_[(size_t) (slot * job_.n_blocks + b)];
+            out.as_bytes = bytes_;
+            decode_block(job_.weight_type, row + b * block_bytes, out);
         }
     }
     NextTile next_tile;
@@ -390,11 +449,13 @@ public:
     }
 
 private:
-    // AVX2 has 16 registers: two weight rows at a time hold its accumulators.
+    // AVX2 has 16 registers: in 16-bit form two weight rows at a time hold its accumulators.
     template <int TW, int TA>
     void tile(const WeightBlock * weights, int64_t w0, int64_t a0, int64_t a) {
         if (vnni_) {
             tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
+        } else if (bytes_) {
+            tile_avx2_bytes<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
         } else if constexpr (TW % 2 == 0) {
             for (int w = 0; w < TW; w += 2) {
                 tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a, next_tile);
@@ -406,6 +467,7 @@ private:
 
     const DotRowsJob & job_;
     const bool vnni_;
+    const bool bytes_ = !vnni_ && unsigned_quants(job_.weight_type);  // the AVX2 byte form
     std::vector<ActBlock> & packed_ = thread_buffer<ActBlock>();  // this thread's, reused across calls
     std::vector<WeightBlock> & weights_ = thread_buffer<WeightBlock>();
 };

@@ -1,6 +1,7 @@
 #include "kernels/row_matmul.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -80,6 +81,35 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 }
 
 
+// The kernels' own activation quantization (Q8_K's, vectorized) against ggml's
+// from_float, bytes for bytes. A multiply rounded apart from its add differs from
+// an FMA only where the product lands next to a half: half the rows are values
+// that put iscale * x there (and their largest one sets iscale), half are random.
+bool same_quantization(ggml_type weight_type, ggml_type act_type) {
+    const int64_t k = 1024, rows = 64;
+    std::mt19937 rng(20261201);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int> level(-126, 125);
+    std::vector<float> values((size_t) (k * rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        float * row = values.data() + r * k;
+        const float top = std::ldexp(1.0f + std::fabs(normal(rng)), (int) (r % 9) - 4);
+        for (int64_t i = 0; i < k; ++i) {
+            row[i] = r % 2 ? normal(rng) * top / 3 : (float) ((level(rng) + 0.5) * top / 127);
+            row[i] = std::fmax(-top, std::fmin(top, row[i]));
+        }
+        row[r % k] = -top;  // iscale = 127 / top
+    }
+    const DotRowsJob job{weight_type, nullptr, 0, (const uint8_t *) values.data(), k * sizeof(float), act_type,
+                         k / ggml_blck_size(weight_type), rows, nullptr, 0};
+    const ActRows ours = quantize_acts(job, 0, rows);
+    std::vector<uint8_t> theirs(ours.row_bytes * rows);
+    for (int64_t r = 0; r < rows; ++r) {
+        ggml_get_type_traits_cpu(act_type)->from_float(values.data() + r * k, theirs.data() + r * ours.row_bytes, k);
+    }
+    return std::memcmp(ours.data, theirs.data(), theirs.size()) == 0;
+}
+
 // Random weights and activations through both ggml's vec_dot and the kernel,
 // at 1..9 activation rows; any differing bit disables the kernel for the type.
 bool probe(ggml_type type, RowKernels path) {
@@ -87,6 +117,7 @@ bool probe(ggml_type type, RowKernels path) {
     const ggml_type act_type = activation_type(type);
     const ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(act_type);
     if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
+    if (!same_quantization(type, act_type)) return false;
     // k: 3 blocks of 256, 25 of 32 (IQ4_NL's last one unpaired), or 768 halves
     // and a scalar tail of 19; 27 weight rows leave a partial tile on every kernel
     const int64_t block = ggml_blck_size(type);
