@@ -14,6 +14,7 @@
 #include "ggml-cpu.h"
 #include "ggml.h"
 #include "kernels/quantize_q8_k.h"
+#include "kernels/x86_target.h"
 
 namespace ggspec {
 
@@ -47,16 +48,24 @@ std::vector<T> & thread_buffer() {
     return buffer;
 }
 
+// The quantizer the kernels use for an activation type: ggml's own from_float,
+// but for Q8_K a vectorized copy with its bits (x86 builds, like the kernels).
+inline ggml_from_float_t kernel_from_float(ggml_type act_type) {
+#if GGSPEC_X86_KERNEL
+    if (act_type == GGML_TYPE_Q8_K) return quantize_q8_k;
+#endif
+    return ggml_get_type_traits_cpu(act_type)->from_float;
+}
+
 // Rows [a0, a_end) of the job's activations quantized as ggml_mul_mat quantizes
-// them (act_type's from_float, row by row; Q8_K's vectorized), into this thread's buffer. Each
-// thread quantizes the rows it needs itself: no graph op, no barrier.
+// them (kernel_from_float, row by row), into this thread's buffer. Each thread
+// quantizes the rows it needs itself: no graph op, no barrier.
 inline ActRows quantize_acts(const DotRowsJob & job, int64_t a0, int64_t a_end) {
     std::vector<uint8_t> & buffer = thread_buffer<uint8_t>();
     const int64_t k = job.n_blocks * ggml_blck_size(job.weight_type);
     const size_t row_bytes = ggml_row_size(job.act_type, k);
     if (buffer.size() < row_bytes * (size_t) (a_end - a0)) buffer.resize(row_bytes * (size_t) (a_end - a0));
-    const ggml_from_float_t from_float =
-        job.act_type == GGML_TYPE_Q8_K ? quantize_q8_k : ggml_get_type_traits_cpu(job.act_type)->from_float;
+    const ggml_from_float_t from_float = kernel_from_float(job.act_type);
     for (int64_t a = a0; a < a_end; ++a) {
         from_float((const float *) (job.acts + a * job.act_bytes), buffer.data() + (a - a0) * row_bytes, k);
     }

@@ -162,8 +162,9 @@ GGSPEC_AVX2 void tile(const DotRowsJob & job, const ActRows & acts, const Avx2Bl
                 const Avx2Block & wb = weights[w * nb + end];
                 const uint8_t * row = acts.row(a0 + a + r);
                 const __m256i y = _mm256_loadu_si256((const __m256i *) (row + end * block_bytes + qs_offset));
+                const __m256i ax = _mm256_loadu_si256((const __m256i *) wb.ax);
                 const __m256i x = _mm256_loadu_si256((const __m256i *) wb.x);
-                const int32_t dot = sum_lanes(integer_lanes(_mm256_abs_epi8(x), x, y, false));
+                const int32_t dot = sum_lanes(integer_lanes(ax, x, y, false));
                 sum = __builtin_fmaf(wb.d * act_d[(a + r) * nb + end], (float) dot, sum);
             }
             job.dst[(a0 + a + r) * job.dst_stride + w0 + w] = with_min ? sum + mins[w][r] : sum;

@@ -80,7 +80,6 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     }
 }
 
-
 // The kernels' own activation quantization (Q8_K's, vectorized) against ggml's
 // from_float, bytes for bytes. A multiply rounded apart from its add differs from
 // an FMA only where the product lands next to a half: half the rows are values
@@ -117,7 +116,7 @@ bool probe(ggml_type type, RowKernels path) {
     const ggml_type act_type = activation_type(type);
     const ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(act_type);
     if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
-    if (!same_quantization(type, act_type)) return false;
+    if (kernel_from_float(act_type) != act_traits->from_float && !same_quantization(type, act_type)) return false;
     // k: 3 blocks of 256, 25 of 32 (IQ4_NL's last one unpaired), or 768 halves
     // and a scalar tail of 19; 27 weight rows leave a partial tile on every kernel
     const int64_t block = ggml_blck_size(type);
@@ -125,9 +124,8 @@ bool probe(ggml_type type, RowKernels path) {
     const size_t row = ggml_row_size(type, k), act_row = ggml_row_size(act_type, k);
     std::mt19937 rng(20261129);
     std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> values((size_t) (k * std::max(n_w, n_a)));
+    std::vector<float> values((size_t) (k * n_w)), act_values((size_t) (k * n_a));
     std::vector<uint8_t> weights(row * n_w), acts(act_row * n_a);
-    std::vector<float> act_values((size_t) (k * n_a));
     for (float & v : values) v = normal(rng) * 0.05f;
     const std::vector<float> importance((size_t) k, 1.0f);  // the IQ2 quantizers need one
     ggml_quantize_chunk(type, values.data(), weights.data(), 0, n_w, k,
