@@ -1,20 +1,22 @@
 """A DFlash2 block drafter on a synthetic qwen35 target: pass costs, lattice
 readback, verify cost by window, and tokens/s at synthetic acceptance.
 
-    python -m bench.dflash_bench [--rounds 3] [--tokens 128] [-t 2] [--out runs.json]
+    python -m bench.dflash_bench [--rounds 3] [--tokens 128] [--rates 0.8,0.5,0] [-t 2]
+                                 [--row-kernels auto] [--out runs.json]
 
 The target is bench.qwen35_rollback's synthetic qwen35 (298 MiB f16); the drafter,
 written once next to it, is a random DFlash2 (2 layers, block 8, conv kernel 4,
 selector rank 32, top-k 8, 73 MiB f16) tapping target layers 1, 4 and 6. Its
-drafts are random, so the verify keeps each draft position with probability 0.8
-or 0 (bench/synthetic_acceptance.py). Prints:
+drafts are random, so the verify keeps each draft position with probability
+`--rates` (bench/synthetic_acceptance.py); `--row-kernels off` gives ggml's
+products, as before ggspec had kernels for F16. Prints:
 
   - passes A+B (inject) and pass C (draft block) ms per step;
   - pass C's host readback bytes per draft against the lattice size
     4 * (2 * k * g + k * k * (g - 1)) for k candidates and that draft's window g
     (a governor probe drafts a window of 2);
   - the target's verify ms by window (1..8 rows, medians);
-  - tokens/s for plain, acceptance 0.8 and acceptance 0 (governor on), in rounds
+  - tokens/s for plain and each acceptance rate (governor on), in rounds
     that rotate the order, with the median per-round ratio to plain.
 """
 
@@ -41,7 +43,6 @@ from ggspec.speculators.block import BlockDraftSpeculator
 DRAFTER = dict(n_vocab=32000, n_embd=1024, n_layer=2, n_head=8, n_head_kv=2, head_dim=128, n_ff=3072,
                target_layers=(1, 4, 6), block_size=8,
                dflash2=dict(conv_kernel_size=4, conv_group_size=64, selector_rank=32, selector_top_k=8))
-CONFIGS = ("plain", "accept-0.8", "accept-0")
 
 
 def synthetic_drafter() -> Path:
@@ -120,8 +121,8 @@ def verify_cost(target: ggspec.Target, prompt: list[int], repeats: int = 5) -> d
     return out
 
 
-def report(runs: list[dict], verify_ms: dict[int, float]) -> str:
-    by = {c: [r for r in runs if r["config"] == c] for c in CONFIGS}
+def report(runs: list[dict], verify_ms: dict[int, float], configs: list[str]) -> str:
+    by = {c: [r for r in runs if r["config"] == c] for c in configs}
     plain = {r["seed"]: r["tokens_per_second"] for r in by["plain"]}
     lines = ["| configuration | tok/s median (min-max) | ratio to plain | acceptance | governor parked steps "
              "| A+B ms/step | C ms/draft | readback bytes/draft |", "|---" * 8 + "|"]
@@ -147,25 +148,28 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--tokens", type=int, default=128)
+    p.add_argument("--rates", default="0.8,0.5,0", help="synthetic acceptance rates")
     p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--row-kernels", default="auto")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
+    configs = ["plain", *(f"accept-{float(r):g}" for r in args.rates.split(","))]
 
-    target = ggspec.load(synthetic_model(), n_ctx=1024, n_threads=args.threads)
+    target = ggspec.load(synthetic_model(), n_ctx=1024, n_threads=args.threads, row_kernels=args.row_kernels)
     drafter = target.attach_drafter(synthetic_drafter())
     prompt = np.random.default_rng(0).integers(3, target.n_vocab, size=64).tolist()
-    print(f"{target}; drafter {drafter.path} (DFlash2, block {drafter.block_size}, taps {drafter.target_layers})",
+    print(f"{target} (row_kernels {target.row_kernels}); drafter {drafter.path} (DFlash2, block {drafter.block_size}, taps {drafter.target_layers})",
           flush=True)
     verify_ms = verify_cost(target, prompt)
-    for config in CONFIGS:
+    for config in configs:
         run(target, config, prompt, 16, seed=2**31)  # warm-up: builds the graphs
     runs = []
     for r in range(args.rounds):
-        round_runs = [run(target, c, prompt, args.tokens, seed=r) for c in rotated(CONFIGS, r)]
+        round_runs = [run(target, c, prompt, args.tokens, seed=r) for c in rotated(configs, r)]
         runs += round_runs
         print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{x['config']} {x['tokens_per_second']:.1f}"
                                                          for x in round_runs), flush=True)
-    print(report(runs, verify_ms))
+    print(report(runs, verify_ms, configs))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"runs": runs, "verify_ms": verify_ms}, indent=1))

@@ -1,6 +1,7 @@
 """Rollback and catch-up folding on a synthetic qwen35, at synthetic acceptance.
 
     python -m bench.qwen35_rollback [--rounds 5] [--tokens 128] [--rate 0.5] [--window 3] [-t 2]
+                                    [--row-kernels auto]
                                     [--configs snapshots,unfolded] [--out runs.json]
 
 A random qwen35 of about 300 MB (f16; 6 GatedDeltaNet + 2 attention layers and an
@@ -124,12 +125,13 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=0.5)
     p.add_argument("--window", type=int, default=3)
     p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--row-kernels", default="auto", help="off: ggml's products, as before the F16 kernels")
     p.add_argument("--configs", default=",".join(CONFIGS), help="a comma-separated subset; snapshots is always run")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
     configs = tuple(c for c in CONFIGS if c == "snapshots" or c in args.configs.split(","))
 
-    target = ggspec.load(synthetic_model(), n_ctx=1024, n_threads=args.threads)
+    target = ggspec.load(synthetic_model(), n_ctx=1024, n_threads=args.threads, row_kernels=args.row_kernels)
     prompt = np.random.default_rng(0).integers(3, target.n_vocab, size=64).tolist()
     print(f"{target}: {target._core.weight_bytes / 2**20:.0f} MiB of weights", flush=True)
     for config in configs:  # warm-up: builds every graph shape once

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "errors.h"
+#include "kernels/masked_soft_max.h"
 #include "kernels/row_matmul.h"
 #include "target.h"
 
@@ -281,4 +282,7 @@ PYBIND11_MODULE(_core, m) {
         },
         "The multi-row kernel paths this CPU runs, best first (whether a model uses one also needs its weight "
         "types and a probe that matches ggml's bits).");
+    m.def("masked_soft_max_usable", &masked_soft_max_usable,
+          "Whether attention's softmax runs on ggspec's op (over the keys each mask row leaves) on the kernel paths: "
+          "this CPU runs it and its probe found ggml's bits.");
 }

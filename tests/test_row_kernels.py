@@ -28,6 +28,7 @@ def pair(path, kernels, **kw):
     assert with_kernel.row_kernels == kernels
     # On a CPU that runs it, a kernel whose probe found other bits than ggml's is a failure, not a skip.
     assert with_kernel.lm_head_row_kernel, "the kernel disabled itself: its probe disagreed with ggml's vec_dot"
+    assert _core.masked_soft_max_usable(), "the masked softmax disabled itself: its probe disagreed with ggml's"
     return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="off", **kw)
 
 

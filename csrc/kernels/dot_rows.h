@@ -29,6 +29,11 @@ struct DotRowsJob {
     int64_t n_acts;
     float * dst;           // dst[a * dst_stride + w]
     int64_t dst_stride;
+    // Attention's mask, added to the product after it (F32, row a at
+    // mask + a * mask_stride): an output whose entry is -inf ends at -inf
+    // whatever its value, so a kernel may write 0 there instead of computing it.
+    const float * mask = nullptr;
+    int64_t mask_stride = 0;
 };
 
 // Activation rows [first, end) of a job in its act_type, contiguous.

@@ -1,9 +1,13 @@
 #include "kernels/half_dot_rows.h"
 
+#include "kernels/mask_span.h"
 #include "kernels/x86_target.h"
 
 #if GGSPEC_X86_KERNEL
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -56,51 +60,137 @@ GGSPEC_AVX2 __m256 lane_sums(__m256 c0, __m256 c1) {
     return _mm256_hadd_ps(h, h);
 }
 
+// Whether step s of a row of halves holds a nonzero value (signs ignored: -0
+// adds nothing either).
+GGSPEC_AVX2 bool nonzero_step(const uint16_t * h, int64_t s) {
+    const __m256i magnitudes = _mm256_set1_epi16(0x7fff);
+    const __m256i bits = _mm256_or_si256(_mm256_loadu_si256((const __m256i *) (h + s * kStep)),
+                                         _mm256_loadu_si256((const __m256i *) (h + s * kStep + 16)));
+    return !_mm256_testz_si256(bits, magnitudes);
+}
+
+// The steps of a row that hold a nonzero value (attention's masked
+// probabilities are exact zeros), within its first `steps`.
+GGSPEC_AVX2 Span nonzero_steps(const uint16_t * h, int64_t steps) {
+    Span s{0, steps};
+    while (s.lo < s.hi && !nonzero_step(h, s.lo)) ++s.lo;
+    while (s.hi > s.lo && !nonzero_step(h, s.hi - 1)) --s.hi;
+    return s;
+}
+
+// Two facts let a tile skip work without changing a bit. A step of 32 values
+// whose activations are all zero adds +-0 products to accumulators that start
+// at +0, which leaves each lane as it was (products of two halves never
+// underflow a float, so no lane is ever -0); ggml's loop covers the same
+// steps, so skipping them at either end keeps every other FMA in its order.
+// And an output whose mask entry is -inf is -inf after the mask whatever it
+// was, so it is written as 0 (DotRowsJob::mask).
 class Kernel {
 public:
-    explicit Kernel(const DotRowsJob & job)
-        : job_(job), n_(job.n_blocks), np_(job.n_blocks & ~(int64_t) (kStep - 1)), stride_((n_ + 7) / 8 * 8) {}
+    Kernel(const DotRowsJob & job, int64_t w_begin, int64_t w_end)
+        : job_(job), n_(job.n_blocks), np_(job.n_blocks & ~(int64_t) (kStep - 1)), stride_((n_ + 7) / 8 * 8),
+          w_begin_(w_begin), w_end_(w_end) {}
 
     void prepare(const ActRows & acts) {
         std::vector<float> & rows = thread_buffer<float>();
-        rows.resize((size_t) ((acts.end - acts.first) * stride_));
+        std::vector<Span> & steps = thread_buffer<Span, 0>();
+        std::vector<Span> & keys = thread_buffer<Span, 1>();
+        const int64_t n_rows = acts.end - acts.first;
+        rows.resize((size_t) (n_rows * stride_));
+        steps.resize((size_t) n_rows);
+        keys.resize((size_t) n_rows);
         for (int64_t a = acts.first; a < acts.end; ++a) {
-            float * out = rows.data() + (a - acts.first) * stride_;
-            (bf16() ? to_float<true> : to_float<false>)((const uint16_t *) acts.row(a), out, n_);
+            const auto * h = (const uint16_t *) acts.row(a);
+            (bf16() ? to_float<true> : to_float<false>)(h, rows.data() + (a - acts.first) * stride_, n_);
+            steps[a - acts.first] = nonzero_steps(h, np_ / kStep);
+            keys[a - acts.first] = job_.mask ? unmasked(job_.mask + a * job_.mask_stride, job_.mask_stride)
+                                             : Span{0, INT64_MAX};
         }
         acts_ = rows.data();
         a0_ = acts.first;
+        // the chunk's tiles: 8 rows at a time, then 2, then 1
+        std::vector<Tile> & tiles = thread_buffer<Tile>();
+        tiles.clear();
+        for (int64_t a = acts.first; a < acts.end;) {
+            const int n = acts.end - a >= kTileA ? kTileA : acts.end - a >= 2 ? 2 : 1;
+            Span step = spans(steps.data() + (a - a0_), n);
+            if (step.lo >= step.hi) step = {0, 0};
+            tiles.push_back({a, n, spans(keys.data() + (a - a0_), n), step});
+            a += n;
+        }
+        tiles_ = tiles.data();
+        n_tiles_ = (int64_t) tiles.size();
     }
-    void decode(int64_t, int64_t) {}  // weights are read as they are, 8 halves at a time
-    NextTile next_tile;  // blocks of one value (2 bytes): fetch(i) is line i of the next row
-    template <int TW>
-    void run(int64_t w, int64_t, int64_t a0, int64_t a_end) {
-        static_assert(TW == 1, "one weight row at a time");
-        const auto * row = (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
-        int64_t a = a0;
-        for (; a + kTileA <= a_end; a += kTileA) tiles<kTileA>(row, w, a);
-        for (; a + 2 <= a_end; a += 2) tiles<2>(row, w, a);
-        if (a < a_end) tiles<1>(row, w, a);
+    // Each tile of the chunk (8 activation rows, 8 KB in L1) against the job's
+    // weight rows that its mask leaves, which stream past it.
+    void run_chunk() const {
+        for (const Tile * t = tiles_; t < tiles_ + n_tiles_; ++t) {
+            zero_masked(*t);
+            if (t->rows == kTileA) {
+                bf16() ? rows<kTileA, true>(*t) : rows<kTileA, false>(*t);
+            } else if (t->rows == 2) {
+                bf16() ? rows<2, true>(*t) : rows<2, false>(*t);
+            } else {
+                bf16() ? rows<1, true>(*t) : rows<1, false>(*t);
+            }
+        }
     }
 
 private:
+    // Activation rows a..a + rows - 1, the weight rows their mask leaves, and
+    // the steps where any of them is nonzero.
+    struct Tile {
+        int64_t a;
+        int rows;
+        Span keys, steps;
+    };
+
     bool bf16() const { return job_.weight_type == GGML_TYPE_BF16; }
 
-    template <int TA>
-    void tiles(const uint16_t * row, int64_t w, int64_t a) {
-        bf16() ? tile<TA, true>(row, w, a) : tile<TA, false>(row, w, a);
+    // The union of n rows' spans.
+    static Span spans(const Span * s, int64_t n) {
+        Span u{INT64_MAX, INT64_MIN};
+        for (int64_t r = 0; r < n; ++r) {
+            if (s[r].lo < s[r].hi) u = {std::min(u.lo, s[r].lo), std::max(u.hi, s[r].hi)};
+        }
+        return u;
     }
 
-    // One weight row against activation rows a..a + TA - 1.
+    // This job's outputs of the tile's rows outside its keys, as 0, one
+    // contiguous run per row and end.
+    void zero_masked(const Tile & t) const {
+        int64_t lo, hi;
+        computed(t, lo, hi);
+        for (int r = 0; r < t.rows; ++r) {
+            float * out = job_.dst + (t.a + r) * job_.dst_stride;
+            std::fill(out + w_begin_, out + lo, 0.0f);
+            std::fill(out + hi, out + w_end_, 0.0f);
+        }
+    }
+
+    // The job's weight rows inside the tile's keys.
+    void computed(const Tile & t, int64_t & lo, int64_t & hi) const {
+        lo = std::clamp(t.keys.lo, w_begin_, w_end_), hi = std::clamp(t.keys.hi, lo, w_end_);
+    }
+
     template <int TA, bool Bf16>
-    GGSPEC_AVX2 void tile(const uint16_t * row, int64_t w, int64_t a) {
+    void rows(const Tile & t) const {
+        int64_t lo, hi;
+        computed(t, lo, hi);
+        for (int64_t w = lo; w < hi; ++w) {
+            tile<TA, Bf16>((const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes), w, t.a, t.steps);
+        }
+    }
+
+    // One weight row against activation rows a..a + TA - 1, over the given steps.
+    template <int TA, bool Bf16>
+    GGSPEC_AVX2 void tile(const uint16_t * row, int64_t w, int64_t a, Span steps) const {
         const float * y = acts_ + (a - a0_) * stride_;
         alignas(32) float acc[TA][kAccs][8];
         for (int j = 0; j < kAccs; ++j) {  // one accumulator at a time, its FMAs in ggml's order
             __m256 sum[TA];
             for (int r = 0; r < TA; ++r) sum[r] = _mm256_setzero_ps();
-            for (int64_t k = 8 * j; k < np_; k += kStep) {
-                if (j == 0) next_tile.fetch(k / kStep);  // a step is 64 bytes of the row
+            for (int64_t k = steps.lo * kStep + 8 * j; k < steps.hi * kStep; k += kStep) {
                 const __m256 wv = load8<Bf16>(row + k);
                 for (int r = 0; r < TA; ++r) sum[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(y + r * stride_ + k), sum[r]);
             }
@@ -135,15 +225,21 @@ private:
     const int64_t n_;       // values per row
     const int64_t np_;      // the values ggml's vector loop takes; the rest is its scalar tail
     const int64_t stride_;  // floats between converted activation rows
+    const int64_t w_begin_, w_end_;  // the weight rows this job computes
     const float * acts_ = nullptr;  // the chunk's rows, converted
+    const Tile * tiles_ = nullptr;  // the chunk's
+    int64_t n_tiles_ = 0;
     int64_t a0_ = 0;                // the job's row that starts the chunk
 };
 
 }  // namespace
 
 void half_dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end) {
-    Kernel kernel(job);
-    run_tiles<1>(kernel, job, w_begin, w_end);
+    Kernel kernel(job, w_begin, w_end);
+    for (int64_t a0 = 0; a0 < job.n_acts; a0 += kActChunk) {
+        kernel.prepare(quantize_acts(job, a0, std::min(job.n_acts, a0 + kActChunk)));
+        kernel.run_chunk();
+    }
 }
 
 }  // namespace ggspec

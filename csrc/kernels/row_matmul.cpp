@@ -58,6 +58,7 @@ ggml_type activation_type(ggml_type weight_type) {
 void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * a = dst->src[1];
+    const ggml_tensor * mask = dst->src[2];  // shared by every matrix, or absent
     const int64_t n_w = w->ne[1], n_mat = a->ne[2], per_w_mat = n_mat / w->ne[2];
     const int64_t runs = (n_w + kWeightRowAlign - 1) / kWeightRowAlign;  // per matrix
     const int64_t per = (runs * n_mat + nth - 1) / nth;
@@ -73,7 +74,9 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
                              w->ne[0] / ggml_blck_size(w->type),
                              a->ne[1],
                              (float *) ((uint8_t *) dst->data + m * dst->nb[2]),
-                             dst->ne[0]};
+                             dst->ne[0],
+                             mask ? (const float *) mask->data : nullptr,
+                             mask ? (int64_t) (mask->nb[1] / sizeof(float)) : 0};
         dot_rows(job, (run - m * runs) * kWeightRowAlign, std::min(n_w, (end - m * runs) * kWeightRowAlign),
                  *(const RowKernels *) userdata);
         run = end;
@@ -131,6 +134,10 @@ bool probe(ggml_type type, RowKernels path) {
     ggml_quantize_chunk(type, values.data(), weights.data(), 0, n_w, k,
                         ggml_quantize_requires_imatrix(type) ? importance.data() : nullptr);
     for (float & v : act_values) v = normal(rng) * 3.0f;
+    // zeros at both ends of row 2 and all of row 6, as attention's masked probabilities
+    std::fill(act_values.begin() + 2 * k, act_values.begin() + 2 * k + 64, 0.0f);
+    std::fill(act_values.begin() + 3 * k - 160, act_values.begin() + 3 * k, 0.0f);
+    std::fill(act_values.begin() + 6 * k, act_values.begin() + 7 * k, 0.0f);
     for (int64_t a = 0; a < n_a; ++a) act_traits->from_float(act_values.data() + a * k, acts.data() + a * act_row, k);
 
     for (int64_t rows = 1; rows <= n_a; ++rows) {
@@ -208,15 +215,17 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
     return it->second;
 }
 
-ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path) {
+ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask) {
     const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
                         x->ne[1] >= kRowKernelMinRows &&
                         x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
                         row_kernel_usable(w->type, path);
     if (!kernel) return ggml_mul_mat(ctx, w, x);
-    ggml_tensor * args[2] = {w, x};  // the kernels quantize x's rows as ggml_mul_mat does
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 2, dot_rows_op, GGML_N_TASKS_MAX,
-                          (void *) &kPaths[(int) path]);
+    const bool masked = mask && mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && mask->ne[0] == w->ne[1] &&
+                        mask->ne[1] == x->ne[1] && ggml_nrows(mask) == mask->ne[1];
+    ggml_tensor * args[3] = {w, x, mask};  // the kernels quantize x's rows as ggml_mul_mat does
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, masked ? 3 : 2, dot_rows_op,
+                          GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
 }
 
 }  // namespace ggspec

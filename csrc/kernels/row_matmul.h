@@ -30,7 +30,10 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 // for bit to ggml_mul_mat(ctx, w, x). Uses the path's kernel where usable. Also
 // for a stack of matrices, as attention multiplies its heads: w [k, n, m_w] (each
 // row contiguous) and x [k, rows, m] -> [n, rows, m], matrix i of x meeting
-// matrix i / (m / m_w) of w.
-ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path);
+// matrix i / (m / m_w) of w. mask (attention's K·Q: F32 [n, rows], shared by
+// the matrices) is what the caller adds to the product next: where it is -inf
+// the output may be 0 rather than the product (the kernels skip those).
+ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path,
+                          ggml_tensor * mask = nullptr);
 
 }  // namespace ggspec

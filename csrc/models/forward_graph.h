@@ -52,8 +52,11 @@ struct ForwardGraph {
 
     const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
     // A weight matrix (or attention's cached K and V) times activations,
-    // ggml_mul_mat's bits either way (kernels/row_matmul.h).
-    ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x) const { return row_mul_mat(ctx, weight, x, row_kernels); }
+    // ggml_mul_mat's bits either way (kernels/row_matmul.h); mask: the one the
+    // product is masked with next, whose -inf outputs need not be computed.
+    ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) const {
+        return row_mul_mat(ctx, weight, x, row_kernels, mask);
+    }
 };
 
 // An architecture: how its GGUF is read, and how its trunk is built. The

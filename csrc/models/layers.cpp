@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/masked_soft_max.h"
+
 namespace ggspec {
 
 ggml_tensor * embed_tokens(ForwardGraph & g) {
@@ -76,8 +78,9 @@ ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor 
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
     auto [kcache, vcache] = cache_kv(g, il, k, v);
-    ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3));  // [n_kv, n, n_head]
-    kq = ggml_soft_max_ext(ctx, kq, g.attention_inputs(il).mask, hp.kq_scale, 0.0f);
+    ggml_tensor * mask = g.attention_inputs(il).mask;
+    ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3), mask);  // [n_kv, n, n_head]
+    kq = masked_soft_max(ctx, kq, mask, hp.kq_scale, g.row_kernels);
     ggml_tensor * kqv = g.matmul(vcache, kq);  // [hd, n, n_head]
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim * hp.n_head, g.n_rows);
 }
