@@ -17,6 +17,7 @@ namespace {
 constexpr int kStep = 32;  // values per step of ggml's loop
 constexpr int kAccs = 4;   // its accumulators, 8 lanes each
 constexpr int kTileA = 8;  // activation rows per weight row at a time: 8 ymm accumulators
+constexpr int64_t kWeightBlockBytes = 64 * 1024;  // weight rows that every tile meets in L2
 
 // 8 halves as floats: exact for both types.
 template <bool Bf16>
@@ -121,17 +122,22 @@ public:
         tiles_ = tiles.data();
         n_tiles_ = (int64_t) tiles.size();
     }
-    // Each tile of the chunk (8 activation rows, 8 KB in L1) against the job's
-    // weight rows that its mask leaves, which stream past it.
+    // The job's weight rows in blocks that stay in L2, each read from memory
+    // once; within a block, each tile of the chunk (8 activation rows, in L1)
+    // against the block's rows that its mask leaves, which stream past it.
     void run_chunk() const {
-        for (const Tile * t = tiles_; t < tiles_ + n_tiles_; ++t) {
-            zero_masked(*t);
-            if (t->rows == kTileA) {
-                bf16() ? rows<kTileA, true>(*t) : rows<kTileA, false>(*t);
-            } else if (t->rows == 2) {
-                bf16() ? rows<2, true>(*t) : rows<2, false>(*t);
-            } else {
-                bf16() ? rows<1, true>(*t) : rows<1, false>(*t);
+        for (const Tile * t = tiles_; t < tiles_ + n_tiles_; ++t) zero_masked(*t);
+        const int64_t block = std::max<int64_t>(kTileA, kWeightBlockBytes / (int64_t) job_.row_bytes);
+        for (int64_t w0 = w_begin_; w0 < w_end_; w0 += block) {
+            const Span rows{w0, std::min(w_end_, w0 + block)};
+            for (const Tile * t = tiles_; t < tiles_ + n_tiles_; ++t) {
+                if (t->rows == kTileA) {
+                    bf16() ? tile_rows<kTileA, true>(*t, rows) : tile_rows<kTileA, false>(*t, rows);
+                } else if (t->rows == 2) {
+                    bf16() ? tile_rows<2, true>(*t, rows) : tile_rows<2, false>(*t, rows);
+                } else {
+                    bf16() ? tile_rows<1, true>(*t, rows) : tile_rows<1, false>(*t, rows);
+                }
             }
         }
     }
@@ -159,25 +165,24 @@ private:
     // This job's outputs of the tile's rows outside its keys, as 0, one
     // contiguous run per row and end.
     void zero_masked(const Tile & t) const {
-        int64_t lo, hi;
-        computed(t, lo, hi);
+        const Span keys = computed(t, {w_begin_, w_end_});
         for (int r = 0; r < t.rows; ++r) {
             float * out = job_.dst + (t.a + r) * job_.dst_stride;
-            std::fill(out + w_begin_, out + lo, 0.0f);
-            std::fill(out + hi, out + w_end_, 0.0f);
+            std::fill(out + w_begin_, out + keys.lo, 0.0f);
+            std::fill(out + keys.hi, out + w_end_, 0.0f);
         }
     }
 
-    // The job's weight rows inside the tile's keys.
-    void computed(const Tile & t, int64_t & lo, int64_t & hi) const {
-        lo = std::clamp(t.keys.lo, w_begin_, w_end_), hi = std::clamp(t.keys.hi, lo, w_end_);
+    // The weight rows among `rows` inside the tile's keys.
+    static Span computed(const Tile & t, Span rows) {
+        const int64_t lo = std::clamp(t.keys.lo, rows.lo, rows.hi);
+        return {lo, std::clamp(t.keys.hi, lo, rows.hi)};
     }
 
     template <int TA, bool Bf16>
-    void rows(const Tile & t) const {
-        int64_t lo, hi;
-        computed(t, lo, hi);
-        for (int64_t w = lo; w < hi; ++w) {
+    void tile_rows(const Tile & t, Span rows) const {
+        const Span keys = computed(t, rows);
+        for (int64_t w = keys.lo; w < keys.hi; ++w) {
             tile<TA, Bf16>((const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes), w, t.a, t.steps);
         }
     }
