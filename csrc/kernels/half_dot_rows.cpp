@@ -114,9 +114,7 @@ public:
         tiles.clear();
         for (int64_t a = acts.first; a < acts.end;) {
             const int n = acts.end - a >= kTileA ? kTileA : acts.end - a >= 2 ? 2 : 1;
-            Span step = spans(steps.data() + (a - a0_), n);
-            if (step.lo >= step.hi) step = {0, 0};
-            tiles.push_back({a, n, spans(keys.data() + (a - a0_), n), step});
+            tiles.push_back({a, n, spans(keys.data() + (a - a0_), n), spans(steps.data() + (a - a0_), n)});
             a += n;
         }
         tiles_ = tiles.data();
@@ -153,13 +151,13 @@ private:
 
     bool bf16() const { return job_.weight_type == GGML_TYPE_BF16; }
 
-    // The union of n rows' spans.
+    // The union of n rows' spans ({0, 0} when all are empty).
     static Span spans(const Span * s, int64_t n) {
         Span u{INT64_MAX, INT64_MIN};
         for (int64_t r = 0; r < n; ++r) {
             if (s[r].lo < s[r].hi) u = {std::min(u.lo, s[r].lo), std::max(u.hi, s[r].hi)};
         }
-        return u;
+        return u.lo < u.hi ? u : Span{0, 0};
     }
 
     // This job's outputs of the tile's rows outside its keys, as 0, one

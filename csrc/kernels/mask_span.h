@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ggml.h"
 #include "kernels/x86_target.h"
 
 namespace ggspec {
@@ -12,6 +13,13 @@ namespace ggspec {
 struct Span {
     int64_t lo, hi;
 };
+
+// Whether a mask can be read as kernels read it: F32 [n_keys, n_rows], contiguous,
+// one row per query (shared by every head).
+inline bool attention_mask_fits(const ggml_tensor * mask, int64_t n_keys, int64_t n_rows) {
+    return mask && mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && mask->ne[0] == n_keys &&
+           mask->ne[1] == n_rows && ggml_nrows(mask) == n_rows;
+}
 
 #if GGSPEC_X86_KERNEL
 // Whether the 8 entries of a mask row from i are all -inf.

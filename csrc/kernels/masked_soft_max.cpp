@@ -138,9 +138,8 @@ bool masked_soft_max_usable() {
 
 ggml_tensor * masked_soft_max(ggml_context * ctx, ggml_tensor * kq, ggml_tensor * mask, float scale, RowKernels path) {
 #if GGSPEC_X86_KERNEL
-    const bool fits = path != RowKernels::off && mask && kq->type == GGML_TYPE_F32 && mask->type == GGML_TYPE_F32 &&
-                      ggml_is_contiguous(kq) && ggml_is_contiguous(mask) && kq->ne[3] == 1 && mask->ne[0] == kq->ne[0] &&
-                      mask->ne[1] == kq->ne[1] && ggml_nrows(mask) == mask->ne[1] && masked_soft_max_usable();
+    const bool fits = path != RowKernels::off && kq->type == GGML_TYPE_F32 && ggml_is_contiguous(kq) &&
+                      kq->ne[3] == 1 && attention_mask_fits(mask, kq->ne[0], kq->ne[1]) && masked_soft_max_usable();
     if (fits) {
         ggml_tensor * args[2] = {kq, mask};
         return ggml_custom_4d(ctx, GGML_TYPE_F32, kq->ne[0], kq->ne[1], kq->ne[2], 1, args, 2, masked_soft_max_op,

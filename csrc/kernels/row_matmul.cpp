@@ -13,6 +13,7 @@
 #include "ggml-cpu.h"
 #include "kernels/half_dot_rows.h"
 #include "kernels/k_dot_rows.h"
+#include "kernels/mask_span.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
 
@@ -221,8 +222,7 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
                         x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
                         row_kernel_usable(w->type, path);
     if (!kernel) return ggml_mul_mat(ctx, w, x);
-    const bool masked = mask && mask->type == GGML_TYPE_F32 && ggml_is_contiguous(mask) && mask->ne[0] == w->ne[1] &&
-                        mask->ne[1] == x->ne[1] && ggml_nrows(mask) == mask->ne[1];
+    const bool masked = attention_mask_fits(mask, w->ne[1], x->ne[1]);
     ggml_tensor * args[3] = {w, x, mask};  // the kernels quantize x's rows as ggml_mul_mat does
     return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, masked ? 3 : 2, dot_rows_op,
                           GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
