@@ -36,6 +36,8 @@ from bench.peer.peer import ensure_built, tool
 SAMPLE_HZ = 1999
 
 
+PERF_MARGIN_S = 2.0  # perf, recording a pid that exits first, ends with SIGTERM
+
 VERIFY_ROWS = 64  # up to this many rows a forward is a verify, beyond a prefill
 
 
@@ -55,7 +57,7 @@ def ggspec_loop(model: str, rows: int, context: int, threads: int, seconds: floa
     target.rewind(context)
     print("ready", flush=True)
     times = []
-    end = time.perf_counter() + seconds
+    end = time.perf_counter() + seconds + PERF_MARGIN_S  # outlives the recording, which then ends cleanly
     while time.perf_counter() < end or len(times) < 3:
         t0 = time.perf_counter()
         target.spec_forward(tokens, **outputs)

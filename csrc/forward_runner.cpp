@@ -121,6 +121,7 @@ void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const int32_
     idx_.resize((size_t) (n * d));
     for (int64_t r = 0; r < n; ++r) idx_[r] = slots.slot(positions[r]);
     set_input(in.k_idx, idx_.data());
+    if (!in.v_idx->buffer) return;  // the kernel paths write V from k_idx
     for (int64_t r = n - 1; r >= 0; --r) {  // backwards: idx_[r] is read before row r is overwritten
         const int64_t slot = idx_[r];
         for (int64_t j = d - 1; j >= 0; --j) idx_[r * d + j] = j * slots.n_slots() + slot;

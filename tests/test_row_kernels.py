@@ -68,6 +68,18 @@ def test_real_model_kernel_matches_ggml_mul_mat(request, model, kernels):
         plain.rewind(len(prompt))
 
 
+@pytest.mark.parametrize("kv_type", ["f32", "bf16"])
+def test_kv_cache_types_match_across_paths(tiny_model, kv_type):
+    """The kernel paths write the transposed V cache by their own op (kernels/set_columns.cpp)."""
+    kernel, plain = pair(tiny_model("gemma3", "q8_0"), PATHS[-1], kv_type=kv_type)
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(3, kernel.n_vocab, size=150).tolist()
+    assert_same_forward(kernel, plain, prompt, "a chunked prefill", all_logits=True)
+    for k in (1, 8):
+        assert_same_forward(kernel, plain, rng.integers(3, kernel.n_vocab, size=k).tolist(), f"a {k}-row step",
+                            all_logits=True)
+
+
 def test_the_path_is_chosen_and_reported(tiny_model):
     path = tiny_model("llama", "q8_0")
     best = (_core.row_kernel_paths() or ["off"])[0]

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/masked_soft_max.h"
+#include "kernels/set_columns.h"
 
 namespace ggspec {
 
@@ -45,10 +46,9 @@ std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, g
     const int64_t n_kv_dim = g.hp.n_embd_kv();
     ggml_tensor * vc = g.kv.v(il);
     ggml_tensor * k_written = ggml_set_rows(ctx, g.kv.k(il), ggml_reshape_2d(ctx, k, n_kv_dim, g.n_rows), in.k_idx);
-    // V is stored transposed so that attention multiplies it without a copy;
-    // each element is written as a one-element row at its own slot.
-    ggml_tensor * v_written = ggml_set_rows(ctx, ggml_reshape_2d(ctx, vc, 1, ggml_nelements(vc)),
-                                            ggml_reshape_2d(ctx, v, 1, n_kv_dim * g.n_rows), in.v_idx);
+    // V is stored transposed so that attention multiplies it without a copy.
+    ggml_tensor * v_written = set_columns(ctx, vc, ggml_reshape_2d(ctx, v, n_kv_dim, g.n_rows), in.k_idx, in.v_idx,
+                                          g.row_kernels);
     return {k_written, v_written};
 }
 
