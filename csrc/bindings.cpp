@@ -11,6 +11,7 @@
 
 #include "errors.h"
 #include "kernels/masked_soft_max.h"
+#include "kernels/row_argmax.h"
 #include "kernels/row_matmul.h"
 #include "target.h"
 
@@ -285,4 +286,7 @@ PYBIND11_MODULE(_core, m) {
     m.def("masked_soft_max_usable", &masked_soft_max_usable,
           "Whether attention's softmax runs on ggspec's op (over the keys each mask row leaves) on the kernel paths: "
           "this CPU runs it and its probe found ggml's bits.");
+    m.def("row_argmax_usable", &row_argmax_usable,
+          "Whether the greedy pick runs on ggspec's op (rows split between threads, vectorized) on the kernel paths: "
+          "this CPU runs it and its probe found ggml_argmax's indices.");
 }

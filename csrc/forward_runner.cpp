@@ -6,6 +6,7 @@
 
 #include "buffers.h"
 #include "ggml-alloc.h"
+#include "kernels/row_argmax.h"
 
 namespace ggspec {
 
@@ -94,7 +95,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
             ggml_set_output(logits);
             ggml_build_forward_expand(cg->graph, logits);
         } else {
-            cg->ids = key.top_k == 1 ? ggml_reshape_2d(ctx, ggml_argmax(ctx, logits), 1, key.n_out)
+            cg->ids = key.top_k == 1 ? ggml_reshape_2d(ctx, row_argmax(ctx, logits, row_kernels_), 1, key.n_out)
                                      : ggml_top_k(ctx, logits, key.top_k);
             cg->values = ggml_reshape_2d(
                 ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, logits->ne[0], key.n_out), cg->ids), key.top_k,

@@ -29,6 +29,7 @@ def pair(path, kernels, **kw):
     # On a CPU that runs it, a kernel whose probe found other bits than ggml's is a failure, not a skip.
     assert with_kernel.lm_head_row_kernel, "the kernel disabled itself: its probe disagreed with ggml's vec_dot"
     assert _core.masked_soft_max_usable(), "the masked softmax disabled itself: its probe disagreed with ggml's"
+    assert _core.row_argmax_usable(), "the row argmax disabled itself: its probe disagreed with ggml_argmax"
     return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="off", **kw)
 
 
@@ -64,6 +65,10 @@ def test_real_model_kernel_matches_ggml_mul_mat(request, model, kernels):
     for k in (4, 7, 32):
         tokens = rng.integers(3, kernel.n_vocab, size=k).tolist()
         assert_same_forward(kernel, plain, tokens, f"a {k}-row verify", all_logits=True, top_k=0)
+        kernel.rewind(len(prompt))
+        plain.rewind(len(prompt))
+        ids = [t.spec_forward(tokens, all_logits=True, top_k=1).ids for t in (kernel, plain)]
+        np.testing.assert_array_equal(ids[0], ids[1], err_msg=f"greedy picks of a {k}-row verify")
         kernel.rewind(len(prompt))
         plain.rewind(len(prompt))
 

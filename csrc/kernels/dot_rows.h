@@ -22,7 +22,7 @@ struct DotRowsJob {
     ggml_type weight_type;
     const void * weights;  // rows row_bytes apart
     size_t row_bytes;
-    const uint8_t * acts;  // F32 activation rows, act_bytes apart
+    const uint8_t * acts;  // activation rows, act_bytes apart: F32, or already in act_type when quantized
     size_t act_bytes;
     ggml_type act_type;    // what ggml_mul_mat quantizes them to: the weights' vec_dot_type
     int64_t n_blocks;      // quant blocks per row (of 32 values, or 256 for the K-quants)
@@ -34,6 +34,7 @@ struct DotRowsJob {
     // whatever its value, so a kernel may write 0 there instead of computing it.
     const float * mask = nullptr;
     int64_t mask_stride = 0;
+    bool quantized = false;  // acts are in act_type already (a graph op quantized them once for all threads)
 };
 
 // Activation rows [first, end) of a job in its act_type, contiguous.
@@ -63,9 +64,11 @@ inline ggml_from_float_t kernel_from_float(ggml_type act_type) {
 }
 
 // Rows [a0, a_end) of the job's activations quantized as ggml_mul_mat quantizes
-// them (kernel_from_float, row by row), into this thread's buffer. Each thread
-// quantizes the rows it needs itself: no graph op, no barrier.
+// them (kernel_from_float, row by row): the job's own rows when a graph op
+// quantized them, else this thread's buffer (attention's products, where each
+// thread needs other heads' rows).
 inline ActRows quantize_acts(const DotRowsJob & job, int64_t a0, int64_t a_end) {
+    if (job.quantized) return {job.acts + (size_t) a0 * job.act_bytes, job.act_bytes, a0, a_end};
     std::vector<uint8_t> & buffer = thread_buffer<uint8_t>();
     const int64_t k = job.n_blocks * ggml_blck_size(job.weight_type);
     const size_t row_bytes = ggml_row_size(job.act_type, k);

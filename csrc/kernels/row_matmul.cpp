@@ -58,8 +58,9 @@ ggml_type activation_type(ggml_type weight_type) {
 // together, in runs of kWeightRowAlign within a matrix.
 void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * w = dst->src[0];
-    const ggml_tensor * a = dst->src[1];
-    const ggml_tensor * mask = dst->src[2];  // shared by every matrix, or absent
+    const ggml_tensor * quantized = dst->src[2];  // src[1] in its act_type (QuantizedActs), or absent
+    const ggml_tensor * a = quantized ? quantized : dst->src[1];
+    const ggml_tensor * mask = dst->src[3];  // shared by every matrix, or absent
     const int64_t n_w = w->ne[1], n_mat = a->ne[2], per_w_mat = n_mat / w->ne[2];
     const int64_t runs = (n_w + kWeightRowAlign - 1) / kWeightRowAlign;  // per matrix
     const int64_t per = (runs * n_mat + nth - 1) / nth;
@@ -77,10 +78,26 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
                              (float *) ((uint8_t *) dst->data + m * dst->nb[2]),
                              dst->ne[0],
                              mask ? (const float *) mask->data : nullptr,
-                             mask ? (int64_t) (mask->nb[1] / sizeof(float)) : 0};
+                             mask ? (int64_t) (mask->nb[1] / sizeof(float)) : 0,
+                             quantized != nullptr};
         dot_rows(job, (run - m * runs) * kWeightRowAlign, std::min(n_w, (end - m * runs) * kWeightRowAlign),
                  *(const RowKernels *) userdata);
         run = end;
+    }
+}
+
+// Each activation type the kernels quantize to, as the quantize op's userdata.
+const std::map<ggml_type, ggml_type> kActTypes = {{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, {GGML_TYPE_Q8_1, GGML_TYPE_Q8_1},
+                                                  {GGML_TYPE_Q8_K, GGML_TYPE_Q8_K}, {GGML_TYPE_F16, GGML_TYPE_F16},
+                                                  {GGML_TYPE_BF16, GGML_TYPE_BF16}};
+
+// x's rows in the type, as quantize_acts gives them, thread ith taking every nth.
+void quantize_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const ggml_tensor * x = dst->src[0];
+    const ggml_from_float_t from_float = kernel_from_float(*(const ggml_type *) userdata);
+    for (int64_t r = ith; r < x->ne[1]; r += nth) {
+        from_float((const float *) ((const char *) x->data + r * x->nb[1]), (char *) dst->data + r * dst->nb[1],
+                   x->ne[0]);
     }
 }
 
@@ -216,16 +233,29 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
     return it->second;
 }
 
-ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask) {
+ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask,
+                          QuantizedActs * shared) {
     const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
                         x->ne[1] >= kRowKernelMinRows &&
                         x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
                         row_kernel_usable(w->type, path);
     if (!kernel) return ggml_mul_mat(ctx, w, x);
     const bool masked = attention_mask_fits(mask, w->ne[1], x->ne[1]);
-    ggml_tensor * args[3] = {w, x, mask};  // the kernels quantize x's rows as ggml_mul_mat does
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, masked ? 3 : 2, dot_rows_op,
+    ggml_tensor * quantized = shared && x->ne[2] == 1 ? shared->get(ctx, x, activation_type(w->type)) : nullptr;
+    // the kernels quantize x's rows as ggml_mul_mat does, or read them quantized
+    ggml_tensor * args[4] = {w, x, quantized, masked ? mask : nullptr};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4, dot_rows_op,
                           GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
+}
+
+ggml_tensor * QuantizedActs::get(ggml_context * ctx, ggml_tensor * x, ggml_type act_type) {
+    ggml_tensor *& op = ops_[{x, act_type}];
+    if (!op) {
+        ggml_tensor * args[1] = {x};
+        op = ggml_custom_4d(ctx, GGML_TYPE_I8, (int64_t) ggml_row_size(act_type, x->ne[0]), x->ne[1], 1, 1, args, 1,
+                            quantize_rows_op, GGML_N_TASKS_MAX, (void *) &kActTypes.at(act_type));
+    }
+    return op;
 }
 
 }  // namespace ggspec

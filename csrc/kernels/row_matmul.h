@@ -2,7 +2,9 @@
 // bits (see q8_dot_rows.h and k_dot_rows.h) and are faster: for a verify's or a
 // prefill chunk's many rows through a quantized matrix.
 #pragma once
+#include <map>
 #include <string>
+#include <utility>
 
 #include "ggml.h"
 
@@ -33,7 +35,21 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 // matrix i / (m / m_w) of w. mask (attention's K·Q: F32 [n, rows], shared by
 // the matrices) is what the caller adds to the product next: where it is -inf
 // the output may be 0 rather than the product (the kernels skip those).
+//
+// shared: where a graph's products of one x (q, k and v; gate and up) find x
+// quantized by one op for all of them, each row by one thread. Without it each
+// thread of each product quantizes every row itself.
+class QuantizedActs;
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path,
-                          ggml_tensor * mask = nullptr);
+                          ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr);
+
+// A graph's activations quantized for the kernels, one op per (x, type).
+class QuantizedActs {
+public:
+    ggml_tensor * get(ggml_context * ctx, ggml_tensor * x, ggml_type act_type);
+
+private:
+    std::map<std::pair<const ggml_tensor *, ggml_type>, ggml_tensor *> ops_;
+};
 
 }  // namespace ggspec

@@ -54,9 +54,10 @@ struct ForwardGraph {
     // A weight matrix (or attention's cached K and V) times activations,
     // ggml_mul_mat's bits either way (kernels/row_matmul.h); mask: the one the
     // product is masked with next, whose -inf outputs need not be computed.
-    ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) const {
-        return row_mul_mat(ctx, weight, x, row_kernels, mask);
+    ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) {
+        return row_mul_mat(ctx, weight, x, row_kernels, mask, &quantized_acts);
     }
+    QuantizedActs quantized_acts;  // x quantized once for all the products that read it
 };
 
 // An architecture: how its GGUF is read, and how its trunk is built. The
