@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -86,15 +87,11 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     }
 }
 
-// Each activation type the kernels quantize to, as the quantize op's userdata.
-const std::map<ggml_type, ggml_type> kActTypes = {{GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, {GGML_TYPE_Q8_1, GGML_TYPE_Q8_1},
-                                                  {GGML_TYPE_Q8_K, GGML_TYPE_Q8_K}, {GGML_TYPE_F16, GGML_TYPE_F16},
-                                                  {GGML_TYPE_BF16, GGML_TYPE_BF16}};
-
-// x's rows in the type, as quantize_acts gives them, thread ith taking every nth.
+// x's rows in the activation type (the userdata's value), as quantize_acts
+// gives them, thread ith taking every nth.
 void quantize_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
-    const ggml_from_float_t from_float = kernel_from_float(*(const ggml_type *) userdata);
+    const ggml_from_float_t from_float = kernel_from_float((ggml_type) (intptr_t) userdata);
     for (int64_t r = ith; r < x->ne[1]; r += nth) {
         from_float((const float *) ((const char *) x->data + r * x->nb[1]), (char *) dst->data + r * dst->nb[1],
                    x->ne[0]);
@@ -253,7 +250,7 @@ ggml_tensor * QuantizedActs::get(ggml_context * ctx, ggml_tensor * x, ggml_type 
     if (!op) {
         ggml_tensor * args[1] = {x};
         op = ggml_custom_4d(ctx, GGML_TYPE_I8, (int64_t) ggml_row_size(act_type, x->ne[0]), x->ne[1], 1, 1, args, 1,
-                            quantize_rows_op, GGML_N_TASKS_MAX, (void *) &kActTypes.at(act_type));
+                            quantize_rows_op, GGML_N_TASKS_MAX, (void *) (intptr_t) act_type);
     }
     return op;
 }
