@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -11,6 +10,7 @@
 
 #include "ggml-cpu.h"
 #include "kernels/mask_span.h"
+#include "kernels/op_probe.h"
 
 // ggml's own exp-and-sum over a row (ggml-cpu/vec.h, exported by libggml-cpu),
 // so that every exp has its bits: y = exp(x - max), returning the sum of the
@@ -106,15 +106,9 @@ bool probe() {
             m[i] = r == 9 ? -INFINITY : seen ? 0.0f : -INFINITY;
         }
     }
-    ggml_tensor * want = ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f);
-    ggml_cgraph * graph = ggml_new_graph(ctx);
-    ggml_build_forward_expand(graph, want);
-    bool same = ggml_graph_compute_with_ctx(ctx, graph, 1) == GGML_STATUS_SUCCESS;
-    ggml_tensor * got = ggml_dup_tensor(ctx, kq);
-    got->src[0] = kq, got->src[1] = mask;
     float userdata = scale;
-    masked_soft_max_op(got, 0, 1, &userdata);
-    same = same && std::memcmp(got->data, want->data, ggml_nbytes(want)) == 0;
+    const bool same = op_matches_ggml(ctx, ggml_soft_max_ext(ctx, kq, mask, scale, 0.0f), {kq, mask},
+                                      masked_soft_max_op, &userdata);
     ggml_free(ctx);
     return same;
 }
@@ -124,12 +118,8 @@ bool probe() {
 
 bool masked_soft_max_usable() {
 #if GGSPEC_X86_KERNEL
-    static const bool same = [] {
-        if (!row_kernels_cpu(RowKernels::avx2)) return false;
-        const bool ok = probe();
-        if (!ok) std::fprintf(stderr, "ggspec: the masked softmax differs from this ggml's soft_max; using ggml's\n");
-        return ok;
-    }();
+    static const bool same =
+        op_probe_passes(probe, "the masked softmax differs from this ggml's soft_max; using ggml's");
     return same;
 #else
     return false;

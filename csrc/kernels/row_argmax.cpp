@@ -1,11 +1,10 @@
 #include "kernels/row_argmax.h"
 
+#include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 #include <random>
 
-#include "ggml-cpu.h"
+#include "kernels/op_probe.h"
 #include "kernels/x86_target.h"
 
 namespace ggspec {
@@ -87,14 +86,7 @@ bool probe() {
             x[11] = 0.0f, x[99] = -0.0f, x[160] = 0.0f;
         }
     }
-    ggml_tensor * want = ggml_argmax(ctx, logits);
-    ggml_cgraph * graph = ggml_new_graph(ctx);
-    ggml_build_forward_expand(graph, want);
-    bool same = ggml_graph_compute_with_ctx(ctx, graph, 1) == GGML_STATUS_SUCCESS;
-    ggml_tensor * got = ggml_dup_tensor(ctx, want);
-    got->src[0] = logits;
-    row_argmax_op(got, 0, 1, nullptr);
-    same = same && std::memcmp(got->data, want->data, ggml_nbytes(want)) == 0;
+    const bool same = op_matches_ggml(ctx, ggml_argmax(ctx, logits), {logits}, row_argmax_op, nullptr);
     ggml_free(ctx);
     return same;
 }
@@ -104,12 +96,7 @@ bool probe() {
 
 bool row_argmax_usable() {
 #if GGSPEC_X86_KERNEL
-    static const bool same = [] {
-        if (!row_kernels_cpu(RowKernels::avx2)) return false;
-        const bool ok = probe();
-        if (!ok) std::fprintf(stderr, "ggspec: the row argmax differs from this ggml's argmax; using ggml's\n");
-        return ok;
-    }();
+    static const bool same = op_probe_passes(probe, "the row argmax differs from this ggml's argmax; using ggml's");
     return same;
 #else
     return false;
@@ -118,8 +105,8 @@ bool row_argmax_usable() {
 
 ggml_tensor * row_argmax(ggml_context * ctx, ggml_tensor * logits, RowKernels path) {
 #if GGSPEC_X86_KERNEL
-    if (path != RowKernels::off && row_argmax_usable() && logits->type == GGML_TYPE_F32 && ggml_is_contiguous(logits) && logits->ne[2] == 1 &&
-        logits->ne[3] == 1) {
+    if (path != RowKernels::off && logits->type == GGML_TYPE_F32 && ggml_is_contiguous(logits) &&
+        logits->ne[2] == 1 && logits->ne[3] == 1 && row_argmax_usable()) {
         ggml_tensor * args[1] = {logits};
         return ggml_custom_4d(ctx, GGML_TYPE_I32, logits->ne[1], 1, 1, 1, args, 1, row_argmax_op, GGML_N_TASKS_MAX,
                               nullptr);
