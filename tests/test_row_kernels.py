@@ -1,8 +1,9 @@
 """ggspec's multi-row CPU kernels (csrc/kernels/) give ggml_mul_mat's bits.
 
-Every weight product of a forward with at least 2 rows, and attention's products
-with the F16 KV cache, run on them when the CPU can and the type has a kernel on
-the path ("vnni": AVX512-VNNI, "avx2"): every type the loader takes but F32.
+Every weight product, and attention's products with the F16 KV cache, run on
+them when the CPU can and the type has a kernel on the path ("vnni":
+AVX512-VNNI, "avx2"): every type the loader takes but F32; a forward of one row
+on ggml's own vec_dot with the weights fetched ahead (kernels/one_row_dot.h).
 `row_kernels="off"` keeps ggml_mul_mat everywhere. The two targets must agree
 bit for bit on logits and hidden taps, in prefill chunks and in verifies of
 every size, on each path.

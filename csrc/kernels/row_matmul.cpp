@@ -15,6 +15,7 @@
 #include "kernels/half_dot_rows.h"
 #include "kernels/k_dot_rows.h"
 #include "kernels/mask_span.h"
+#include "kernels/one_row_dot.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
 
@@ -31,10 +32,13 @@ bool path_handles(ggml_type type, RowKernels path) {
            (k_dot_rows_handles(type) || q8_dot_rows_handles(type) || half_dot_rows_handles(type));
 }
 
-// The kernel for a weight type: halves, 32-value blocks or the K-quants' 256.
+// The kernel for a weight type: halves, 32-value blocks or the K-quants' 256;
+// for one activation row, vec_dot itself.
 void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path) {
 #if GGSPEC_X86_KERNEL
-    if (half_dot_rows_handles(job.weight_type)) {
+    if (job.n_acts == 1) {
+        one_row_dot(job, w_begin, w_end);
+    } else if (half_dot_rows_handles(job.weight_type)) {
         half_dot_rows(job, w_begin, w_end);  // float FMAs: the same code on both paths
     } else if (k_dot_rows_handles(job.weight_type)) {
         k_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
@@ -233,7 +237,6 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask,
                           QuantizedActs * shared) {
     const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
-                        x->ne[1] >= kRowKernelMinRows &&
                         x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
                         row_kernel_usable(w->type, path);
     if (!kernel) return ggml_mul_mat(ctx, w, x);

@@ -1,6 +1,8 @@
-// ggml_mul_mat, or ggspec's own multi-row CPU kernels where they give the same
-// bits (see q8_dot_rows.h and k_dot_rows.h) and are faster: for a verify's or a
-// prefill chunk's many rows through a quantized matrix.
+// ggml_mul_mat, or ggspec's own CPU kernels where they give the same bits and
+// are faster: multi-row kernels for a verify's or a prefill chunk's many rows
+// through a quantized matrix (see q8_dot_rows.h and k_dot_rows.h), and ggml's
+// vec_dot with the weights fetched ahead for a decode step's one row
+// (one_row_dot.h).
 #pragma once
 #include <map>
 #include <string>
@@ -19,10 +21,6 @@ enum class RowKernels { off, avx2, vnni };
 RowKernels row_kernels_from_name(const std::string & name);
 const char * row_kernels_name(RowKernels path);
 bool row_kernels_cpu(RowKernels path);  // this CPU runs the path
-
-// The rows of x from which the multi-row kernel beats ggml's one-dot-at-a-time
-// path; below it the two give the same bits anyway.
-constexpr int64_t kRowKernelMinRows = 2;
 
 // Whether the path has a kernel for weights of this type that a probe at first
 // use found bit-identical to ggml's vec_dot on this CPU.
