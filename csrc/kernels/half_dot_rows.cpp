@@ -97,9 +97,9 @@ GGSPEC_AVX2 Span nonzero_steps(const uint16_t * h, int64_t steps) {
 // was, so it is written as 0 (DotRowsJob::mask).
 class Kernel {
 public:
-    Kernel(const DotRowsJob & job, int64_t w_begin, int64_t w_end)
+    Kernel(const DotRowsJob & job, int64_t w_begin, int64_t w_end, bool avx512)
         : job_(job), n_(job.n_blocks), np_(job.n_blocks & ~(int64_t) (kStep - 1)), stride_((n_ + 7) / 8 * 8),
-          w_begin_(w_begin), w_end_(w_end) {}
+          w_begin_(w_begin), w_end_(w_end), avx512_(avx512) {}
 
     void prepare(const ActRows & acts) {
         std::vector<float> & rows = thread_buffer<float>();
@@ -118,11 +118,13 @@ public:
         }
         acts_ = rows.data();
         a0_ = acts.first;
-        // the chunk's tiles: 8 rows at a time, then 2, then 1
+        if (avx512_) interleave_pairs(n_rows);
+        // the chunk's tiles: 8 rows at a time, then 4, 2 and 1
         std::vector<Tile> & tiles = thread_buffer<Tile>();
         tiles.clear();
         for (int64_t a = acts.first; a < acts.end;) {
-            const int n = acts.end - a >= kTileA ? kTileA : acts.end - a >= 2 ? 2 : 1;
+            const int64_t left = acts.end - a;
+            const int n = left >= kTileA ? kTileA : left >= 4 ? 4 : left >= 2 ? 2 : 1;
             tiles.push_back({a, n, spans(keys.data() + (a - a0_), n), spans(steps.data() + (a - a0_), n)});
             a += n;
         }
@@ -140,6 +142,8 @@ public:
             for (const Tile * t = tiles_; t < tiles_ + n_tiles_; ++t) {
                 if (t->rows == kTileA) {
                     bf16() ? tile_rows<kTileA, true>(*t, rows) : tile_rows<kTileA, false>(*t, rows);
+                } else if (t->rows == 4) {
+                    bf16() ? tile_rows<4, true>(*t, rows) : tile_rows<4, false>(*t, rows);
                 } else if (t->rows == 2) {
                     bf16() ? tile_rows<2, true>(*t, rows) : tile_rows<2, false>(*t, rows);
                 } else {
@@ -190,8 +194,30 @@ private:
     void tile_rows(const Tile & t, Span rows) const {
         const Span keys = computed(t, rows);
         for (int64_t w = keys.lo; w < keys.hi; ++w) {
-            tile<TA, Bf16>((const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes), w, t.a, t.steps);
+            const auto * row = (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
+            if constexpr (TA % 2 == 0) {
+                if (avx512_) {
+                    tile_pairs<TA, Bf16>(row, w, t.a, t.steps);
+                    continue;
+                }
+            }
+            tile<TA, Bf16>(row, w, t.a, t.steps);
         }
+    }
+
+    // The chunk's rows again, pair by pair, each 8 values of row 2p beside the
+    // same 8 of row 2p + 1: one 16-lane FMA then runs both rows' 8-lane
+    // accumulators, each lane's FMA the one the 8-lane code would run.
+    void interleave_pairs(int64_t n_rows) {
+        std::vector<float> & pairs = thread_buffer<float, 1>();
+        pairs.assign((size_t) ((n_rows + 1) / 2 * 2 * stride_), 0.0f);
+        for (int64_t r = 0; r < n_rows; ++r) {
+            for (int64_t g = 0; g < stride_ / 8; ++g) {
+                std::memcpy(pairs.data() + (r / 2) * 2 * stride_ + g * 16 + (r % 2) * 8, acts_ + r * stride_ + g * 8,
+                            8 * sizeof(float));
+            }
+        }
+        pairs_ = pairs.data();
     }
 
     // One weight row against activation rows a..a + TA - 1, over the given steps.
@@ -208,6 +234,36 @@ private:
             }
             for (int r = 0; r < TA; ++r) _mm256_store_ps(acc[r][j], sum[r]);
         }
+        finish<TA, Bf16>(acc, row, w, a);
+    }
+
+    // tile's accumulators, two activation rows per 16-lane FMA (the vnni path's CPUs).
+    template <int TA, bool Bf16>
+    GGSPEC_AVX512 void tile_pairs(const uint16_t * row, int64_t w, int64_t a, Span steps) const {
+        const float * y = pairs_ + (a - a0_) * stride_;  // a - a0_ is even
+        alignas(64) float acc[TA][kAccs][8];
+        for (int j = 0; j < kAccs; ++j) {
+            __m512 sum[TA / 2];
+            for (int p = 0; p < TA / 2; ++p) sum[p] = _mm512_setzero_ps();
+            for (int64_t k = steps.lo * kStep + 8 * j; k < steps.hi * kStep; k += kStep) {
+                const __m256 w8 = load8<Bf16>(row + k);
+                const __m512 wv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(w8)));
+                for (int p = 0; p < TA / 2; ++p) {
+                    sum[p] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(y + p * 2 * stride_ + 2 * k), sum[p]);
+                }
+            }
+            for (int p = 0; p < TA / 2; ++p) {
+                _mm256_store_ps(acc[2 * p][j], _mm512_castps512_ps256(sum[p]));
+                _mm256_store_ps(acc[2 * p + 1][j], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum[p]), 1)));
+            }
+        }
+        finish<TA, Bf16>(acc, row, w, a);
+    }
+
+    // The outputs from the accumulators, as ggml's vec_dot ends.
+    template <int TA, bool Bf16>
+    GGSPEC_AVX2 void finish(const float (&acc)[TA][kAccs][8], const uint16_t * row, int64_t w, int64_t a) const {
+        const float * y = acts_ + (a - a0_) * stride_;
         __m256 c[8];
         for (int r = 0; r < TA; ++r) {
             c[r] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(acc[r][0]), _mm256_load_ps(acc[r][2])),
@@ -235,7 +291,9 @@ private:
     const int64_t np_;      // the values ggml's vector loop takes; the rest is its scalar tail
     const int64_t stride_;  // floats between converted activation rows
     const int64_t w_begin_, w_end_;  // the weight rows this job computes
+    const bool avx512_;             // pairs of rows per 16-lane FMA
     const float * acts_ = nullptr;  // the chunk's rows, converted
+    const float * pairs_ = nullptr; // the same, interleaved by pairs (avx512_)
     const Tile * tiles_ = nullptr;  // the chunk's
     int64_t n_tiles_ = 0;
     int64_t a0_ = 0;                // the job's row that starts the chunk
@@ -243,8 +301,8 @@ private:
 
 }  // namespace
 
-void half_dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end) {
-    Kernel kernel(job, w_begin, w_end);
+void half_dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, bool avx512) {
+    Kernel kernel(job, w_begin, w_end, avx512);
     for (int64_t a0 = 0; a0 < job.n_acts; a0 += kActChunk) {
         kernel.prepare(quantize_acts(job, a0, std::min(job.n_acts, a0 + kActChunk)));
         kernel.run_chunk();

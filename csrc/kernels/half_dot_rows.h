@@ -8,7 +8,8 @@
 // hsum_float_8 order), and add the last n % 32 products one by one in double.
 // This kernel converts each weight and activation row to float once and runs
 // each accumulator's FMAs for a tile of weight rows and activation rows at a
-// time: every output's chain of FMAs stays the same, so the bits do.
+// time: every output's chain of FMAs stays the same, so the bits do. With
+// AVX-512 one 16-lane FMA runs two activation rows' 8-lane accumulators.
 #include <cstdint>
 
 #include "ggml.h"
@@ -19,7 +20,8 @@ namespace ggspec {
 inline bool half_dot_rows_handles(ggml_type t) { return t == GGML_TYPE_F16 || t == GGML_TYPE_BF16; }
 
 // Weight rows [w_begin, w_end) of job (n_blocks: the row length, blocks of one
-// value) against every activation row (x86 builds only).
-void half_dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end);
+// value) against every activation row (x86 builds only); avx512: the CPU runs
+// AVX512F (the vnni path).
+void half_dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, bool avx512);
 
 }  // namespace ggspec

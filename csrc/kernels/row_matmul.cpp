@@ -39,7 +39,7 @@ void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels
     if (job.n_acts == 1) {
         one_row_dot(job, w_begin, w_end);
     } else if (half_dot_rows_handles(job.weight_type)) {
-        half_dot_rows(job, w_begin, w_end);  // float FMAs: the same code on both paths
+        half_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
     } else if (k_dot_rows_handles(job.weight_type)) {
         k_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
     } else {
