@@ -193,16 +193,16 @@ private:
     template <int TA, bool Bf16>
     void tile_rows(const Tile & t, Span rows) const {
         const Span keys = computed(t, rows);
-        for (int64_t w = keys.lo; w < keys.hi; ++w) {
-            const auto * row = (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
-            if constexpr (TA % 2 == 0) {
-                if (avx512_) {
-                    tile_pairs<TA, Bf16>(row, w, t.a, t.steps);
-                    continue;
-                }
+        const auto row = [&](int64_t w) {
+            return (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
+        };
+        if constexpr (TA % 2 == 0) {
+            if (avx512_) {
+                for (int64_t w = keys.lo; w < keys.hi; ++w) tile_pairs<TA, Bf16>(row(w), w, t.a, t.steps);
+                return;
             }
-            tile<TA, Bf16>(row, w, t.a, t.steps);
         }
+        for (int64_t w = keys.lo; w < keys.hi; ++w) tile<TA, Bf16>(row(w), w, t.a, t.steps);
     }
 
     // The chunk's rows again, pair by pair, each 8 values of row 2p beside the
