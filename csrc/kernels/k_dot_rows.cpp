@@ -323,7 +323,7 @@ GGSPEC_AVX2 void store(const DotRowsJob & job, const Accumulators (&acc)[TW][TA]
 // chunk and leaves lanes 2k and 2k+1 to be summed into ggml's lane k.
 template <int TW, int TA>
 GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
-                             int64_t a_chunk, int64_t a, const NextTile & next) {
+                             int64_t a_chunk, int64_t a, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
     Accumulators acc[TW][TA];
     for (int64_t b = 0; b < nb; ++b) {
@@ -355,7 +355,7 @@ GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights
 // puts the pairs back in ggml's lane order.
 template <int TW, int TA>
 GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
-                           int64_t a_chunk, int64_t a, const NextTile & next) {
+                           int64_t a_chunk, int64_t a, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
     Accumulators acc[TW][TA];
     for (int64_t b = 0; b < nb; ++b) {
@@ -396,7 +396,7 @@ GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, 
 // order, as ggml's own dot does.
 template <int TW, int TA>
 GGSPEC_AVX2 void tile_avx2_bytes(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
-                                 int64_t a_chunk, int64_t a, const NextTile & next) {
+                                 int64_t a_chunk, int64_t a, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
     Accumulators acc[TW][TA];
     for (int64_t b = 0; b < nb; ++b) {
@@ -438,7 +438,7 @@ public:
             decode_block(job_.weight_type, row + b * block_bytes, out);
         }
     }
-    NextTile next_tile;
+    WeightStream stream;
 
     template <int TW>
     void run(int64_t w0, int64_t slot, int64_t a0, int64_t a_end) {
@@ -453,15 +453,15 @@ private:
     template <int TW, int TA>
     void tile(const WeightBlock * weights, int64_t w0, int64_t a0, int64_t a) {
         if (vnni_) {
-            tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
+            tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a, stream);
         } else if (bytes_) {
-            tile_avx2_bytes<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
+            tile_avx2_bytes<TW, TA>(job_, weights, w0, packed_.data(), a0, a, stream);
         } else if constexpr (TW % 2 == 0) {
             for (int w = 0; w < TW; w += 2) {
-                tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a, next_tile);
+                tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a, stream);
             }
         } else {
-            tile_avx2<TW, TA>(job_, weights, w0, packed_.data(), a0, a, next_tile);
+            tile_avx2<TW, TA>(job_, weights, w0, packed_.data(), a0, a, stream);
         }
     }
 

@@ -128,7 +128,7 @@ GGSPEC_AVX512 void min_terms(const WeightBlock * weights, int64_t n_blocks, cons
 // Paired: IQ4_NL's two passes over its blocks (see q8_blocks_paired).
 template <int NW, int NP, bool Paired>
 GGSPEC_AVX512 void tile(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const PairBlock * packed,
-                        const float * mins, int64_t a0, int64_t a_end, int64_t p0, const NextTile & next) {
+                        const float * mins, int64_t a0, int64_t a_end, int64_t p0, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
     constexpr int passes = Paired ? 2 : 1;
     const int64_t end = Paired ? nb / 2 * 2 : nb;
@@ -199,7 +199,7 @@ GGSPEC_AVX512 void tile(const DotRowsJob & job, const WeightBlock * weights, int
 
 template <int NW, bool Paired>
 void pair_tiles(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const PairBlock * packed,
-                const float * mins, int64_t a0, int64_t a_end, const NextTile & next) {
+                const float * mins, int64_t a0, int64_t a_end, const WeightStream & next) {
     const int64_t n_pairs = (a_end - a0 + 1) / 2;
     int64_t p = 0;
     for (; p + kPairTile <= n_pairs; p += kPairTile) {
@@ -230,10 +230,10 @@ public:
         }
         (q8_blocks_paired(job_.weight_type) ? pair_tiles<NW, true> : pair_tiles<NW, false>)(
             job_, weights_.data() + slot * job_.n_blocks, w0, packed_.data(),
-            with_mins_ ? mins_.data() + slot * kActChunk : nullptr, a0, a_end, next_tile);
+            with_mins_ ? mins_.data() + slot * kActChunk : nullptr, a0, a_end, stream);
     }
 
-    NextTile next_tile;
+    WeightStream stream;
 
 private:
     const DotRowsJob & job_;
