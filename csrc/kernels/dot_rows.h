@@ -126,7 +126,7 @@ public:
     }
     // The tile now computed ends at tile_end and loops over n_blocks blocks.
     void next_tile(const uint8_t * tile_end, int64_t n_blocks) {
-        fetched_ = std::max(fetched_, target_);
+        fetched_ = target_;  // the previous tile's fetches, all issued
         target_ = std::min(end_, (uintptr_t) tile_end + (uintptr_t) kFetchAhead);
         const int64_t bytes = target_ > fetched_ ? (int64_t) (target_ - fetched_) : 0;
         per_block_ = (bytes / std::max<int64_t>(1, n_blocks) + 63) / 64 * 64;
