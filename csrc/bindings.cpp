@@ -23,44 +23,80 @@ namespace {
 using TokenArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
 using FloatRows = py::array_t<float, py::array::c_style | py::array::forcecast>;
 
-py::tuple target_forward(Target & t, const TokenArray & tokens, bool all_rows, const std::vector<int> & taps, int top_k) {
-    if (tokens.ndim() != 1) throw std::invalid_argument("tokens must be a 1-D sequence of ids");
-    const Hparams & hp = t.hparams();
-    const int64_t n = tokens.shape(0);
-    const int64_t n_out = all_rows ? n : 1;
+// Arrays for n_out LM-head rows (top-k or full logits) and n hidden rows, and
+// where the core writes them.
+struct ForwardArrays {
+    ForwardOutputs out;
+    py::object logits = py::none(), ids = py::none(), hidden = py::none();
 
+    ForwardArrays(const Hparams & hp, int64_t n, int64_t n_out, int top_k, size_t n_taps) {
+        if (top_k == 0) {
+            auto a = py::array_t<float>({n_out, hp.n_vocab});
+            out.logits = a.mutable_data();
+            logits = a;
+        } else {
+            auto i = py::array_t<int32_t>({n_out, (int64_t) top_k});
+            auto v = py::array_t<float>({n_out, (int64_t) top_k});
+            out.ids = i.mutable_data();
+            out.values = v.mutable_data();
+            ids = i;
+            logits = v;
+        }
+        if (n_taps > 0) {
+            auto h = py::array_t<float>({n, (int64_t) n_taps * hp.n_embd});
+            out.hidden = h.mutable_data();
+            hidden = h;
+        }
+    }
+    py::tuple result() const { return py::make_tuple(logits, ids, hidden); }
+};
+
+py::tuple target_forward(Target & t, const TokenArray & tokens, bool all_rows, const std::vector<int> & taps, int top_k,
+                         int64_t seq) {
+    if (tokens.ndim() != 1) throw std::invalid_argument("tokens must be a 1-D sequence of ids");
+    const int64_t n = tokens.shape(0);
     ForwardRequest req;
+    req.seq = seq;
     req.tokens = tokens.data();
     req.n_tokens = n;
     req.all_rows = all_rows;
     req.top_k = top_k;
     req.taps = taps;
     t.check_request(req);  // before sizing the outputs by it
-
-    ForwardOutputs out;
-    py::object logits = py::none(), ids = py::none(), hidden = py::none();
-    if (top_k == 0) {
-        auto a = py::array_t<float>({n_out, hp.n_vocab});
-        out.logits = a.mutable_data();
-        logits = a;
-    } else {
-        auto i = py::array_t<int32_t>({n_out, (int64_t) top_k});
-        auto v = py::array_t<float>({n_out, (int64_t) top_k});
-        out.ids = i.mutable_data();
-        out.values = v.mutable_data();
-        ids = i;
-        logits = v;
-    }
-    if (!taps.empty()) {
-        auto h = py::array_t<float>({n, (int64_t) taps.size() * hp.n_embd});
-        out.hidden = h.mutable_data();
-        hidden = h;
-    }
+    ForwardArrays arrays(t.hparams(), n, all_rows ? n : 1, top_k, taps.size());
     {
         py::gil_scoped_release release;
-        t.forward(req, out);
+        t.forward(req, arrays.out);
     }
-    return py::make_tuple(logits, ids, hidden);
+    return arrays.result();
+}
+
+BatchItem::Head head_from_name(const std::string & name) {
+    if (name == "last") return BatchItem::Head::last;
+    if (name == "all") return BatchItem::Head::all;
+    if (name == "none") return BatchItem::Head::none;
+    throw std::invalid_argument("a batch item's LM-head rows must be last, all or none, got '" + name + "'");
+}
+
+// items: (sequence, token ids, "last" | "all" | "none") each.
+py::tuple target_forward_batch(Target & t, const std::vector<std::tuple<int64_t, TokenArray, std::string>> & items,
+                               const std::vector<int> & taps, int top_k) {
+    std::vector<BatchItem> batch;
+    int64_t n = 0, n_out = 0;
+    for (const auto & [seq, tokens, head] : items) {
+        if (tokens.ndim() != 1) throw std::invalid_argument("tokens must be a 1-D sequence of ids");
+        BatchItem item{seq, tokens.data(), (int64_t) tokens.shape(0), head_from_name(head)};
+        n += item.n_tokens;
+        n_out += item.head == BatchItem::Head::all ? item.n_tokens : item.head == BatchItem::Head::last ? 1 : 0;
+        batch.push_back(item);
+    }
+    t.check_batch(batch, top_k, taps);
+    ForwardArrays arrays(t.hparams(), n, n_out, top_k, taps.size());
+    {
+        py::gil_scoped_release release;
+        t.forward_batch(batch, top_k, taps, arrays.out);
+    }
+    return arrays.result();
 }
 
 // (top-k logits [top_k], top-k ids [top_k], output hidden row [n_embd]) for the last
@@ -209,10 +245,18 @@ PYBIND11_MODULE(_core, m) {
              py::arg("graph_budget_mb") = 0.0, py::arg("row_kernels") = "auto",
              py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
-             py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0,
+             py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0, py::arg("seq") = 0,
              "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")
-        .def("rewind", &Target::rewind, py::arg("length"))
+        .def("forward_batch", &target_forward_batch, py::arg("items"), py::arg("taps") = std::vector<int>{},
+             py::arg("top_k") = 0,
+             "items: (sequence, token ids, 'last' | 'all' | 'none'); returns forward's tuple, LM-head rows in item order.")
+        .def("rewind", &Target::rewind, py::arg("length"), py::arg("seq") = 0)
         .def("reset", &Target::reset)
+        .def("reset_seq", &Target::reset_seq, py::arg("seq"))
+        .def("set_n_seqs", &Target::set_n_seqs, py::arg("n"))
+        .def_property_readonly("n_seqs", &Target::n_seqs)
+        .def_property_readonly("max_batch_rows", &Target::max_batch_rows)
+        .def("seq_len_of", &Target::seq_len, py::arg("seq"))
         .def("head_forward", &head_forward, py::arg("tokens"), py::arg("hidden"), py::arg("start"), py::arg("top_k"),
              "Draft-head rows at positions start..; returns (top-k logits, top-k ids, output hidden) of the last row.")
         .def_property_readonly("has_draft_head", [](Target & t) { return t.draft_head() != nullptr; })
@@ -245,7 +289,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("state_transfer_bytes", &Target::state_transfer_bytes)
         .def_property_readonly("state_commits", &Target::state_commits)
         .def("ensure_capacity", &Target::ensure_capacity, py::arg("n"))
-        .def_property_readonly("seq_len", &Target::seq_len)
+        .def_property_readonly("seq_len", [](const Target & t) { return t.seq_len(); })
         .def_property_readonly("n_ctx", &Target::n_ctx)
         .def_property_readonly("graph_builds", &Target::graph_builds)
         .def_property_readonly("graphs_cached", &Target::graphs_cached)

@@ -49,6 +49,8 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
         a.mask = new_input(ctx, GGML_TYPE_F32, n_kv, n, "kq_mask");
         a.k_idx = new_input(ctx, GGML_TYPE_I64, n, 0, "k_idx");
         a.v_idx = new_input(ctx, GGML_TYPE_I64, n * hp.n_embd_kv(), 0, "v_idx");
+        // rows of several sequences: where each one's region is (kernels/batched_attention.h)
+        if (key.batched) a.regions = new_input(ctx, GGML_TYPE_I32, 2 * n, 0, "kv_regions");
         a.n_kv = n_kv;
         a.ring = ring;
         a.window = window;
@@ -84,8 +86,11 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
         ggml_build_forward_expand(cg->graph, cg->hidden);
     }
     if (key.n_out > 0) {
-        ggml_tensor * rows = key.n_out == n ? trunk
-                                            : ggml_view_2d(ctx, trunk, hp.n_embd, 1, trunk->nb[1], (n - 1) * trunk->nb[1]);
+        ggml_tensor * rows = trunk;
+        if (key.n_out < n) {  // a copy of the rows: the LM head sees the same bits
+            cg->out_rows = new_input(ctx, GGML_TYPE_I32, key.n_out, 0, "out_rows");
+            rows = ggml_get_rows(ctx, trunk, cg->out_rows);
+        }
         ggml_tensor * logits = fg.matmul(w.output, rows);
         if (hp.final_softcap > 0.0f) {
             logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / hp.final_softcap)), hp.final_softcap);
@@ -111,39 +116,63 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     return cg;
 }
 
-void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n) {
-    const SlotMap & slots = body_.kv.slots(in.ring);
-    mask_.resize((size_t) (in.n_kv * n));
-    // a non-causal body's rows see up to the forward's last position
-    slots.fill_mask(mask_.data(), in.n_kv, positions, n, in.window, body_.causal ? -1 : positions[n - 1]);
-    set_input(in.mask, mask_.data());
-
+void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const std::vector<Segment> & segments,
+                                        int64_t n) {
+    const KvCache & kv = body_.kv;
     const int64_t d = body_.hp.n_embd_kv();
+    mask_.resize((size_t) (in.n_kv * n));
     idx_.resize((size_t) (n * d));
-    for (int64_t r = 0; r < n; ++r) idx_[r] = slots.slot(positions[r]);
+    regions_.resize((size_t) (2 * n));
+    int64_t row0 = 0;
+    for (const Segment & seg : segments) {
+        const SlotMap & slots = kv.slots(in.ring, seg.seq);
+        const int64_t base = kv.base(in.ring, seg.seq);
+        const int32_t * positions = positions_.data() + row0;
+        // a non-causal body's rows see up to the forward's last position
+        slots.fill_mask(mask_.data() + row0 * in.n_kv, in.n_kv, base, positions, seg.n_rows, in.window,
+                        body_.causal ? -1 : positions[seg.n_rows - 1]);
+        for (int64_t r = 0; r < seg.n_rows; ++r) {
+            idx_[row0 + r] = base + slots.slot(positions[r]);
+            regions_[2 * (row0 + r)] = (int32_t) base;
+            regions_[2 * (row0 + r) + 1] = (int32_t) std::min(in.n_kv, base + slots.n_slots());
+        }
+        row0 += seg.n_rows;
+    }
+    set_input(in.mask, mask_.data());
+    if (in.regions) set_input(in.regions, regions_.data());
     set_input(in.k_idx, idx_.data());
     if (!in.v_idx->buffer) return;  // the kernel paths write V from k_idx
+    const int64_t n_slots = kv.total_slots(in.ring);  // the transposed V's row stride
     for (int64_t r = n - 1; r >= 0; --r) {  // backwards: idx_[r] is read before row r is overwritten
         const int64_t slot = idx_[r];
-        for (int64_t j = d - 1; j >= 0; --j) idx_[r * d + j] = j * slots.n_slots() + slot;
+        for (int64_t j = d - 1; j >= 0; --j) idx_[r * d + j] = j * n_slots + slot;
     }
     set_input(in.v_idx, idx_.data());
 }
 
+void GraphRunner::size_kv(GraphKey & key, const std::vector<Segment> & segments) const {
+    key.batched = body_.kv.n_seqs() > 1;
+    key.n_kv_full = key.n_kv_swa = 0;
+    for (const Segment & seg : segments) {
+        key.n_kv_full = std::max(key.n_kv_full, body_.kv.n_kv_full(seg.n_rows, seg.seq));
+        if (body_.hp.n_swa > 0) key.n_kv_swa = std::max(key.n_kv_swa, body_.kv.n_kv_ring(seg.n_rows, seg.seq));
+    }
+}
+
 void GraphRunner::run(int64_t n, int64_t max_rows, const int32_t * tokens, const float * hidden_in,
-                      const ShapeChunk & shape, const ReadChunk & read) {
+                      const ShapeChunk & shape, const ReadChunk & read, int64_t seq) {
     std::vector<int32_t> no_tokens;
     if (!tokens) {
         no_tokens.assign((size_t) std::min(n, max_rows), 0);
     }
     for (int64_t done = 0; done < n;) {
         const Chunk chunk{done, std::min(max_rows, n - done), done + std::min(max_rows, n - done) == n};
+        const std::vector<Segment> segments{{seq, chunk.n_rows}};
         GraphKey key;
         key.n_rows = chunk.n_rows;
-        key.n_kv_full = body_.kv.n_kv_full(chunk.n_rows);
-        key.n_kv_swa = body_.hp.n_swa > 0 ? body_.kv.n_kv_ring(chunk.n_rows) : 0;
+        size_kv(key, segments);
         if (shape) shape(key, chunk);
-        CachedGraph & g = prepare(key, tokens ? tokens + done : no_tokens.data(),
+        CachedGraph & g = prepare(key, segments, tokens ? tokens + done : no_tokens.data(),
                                   hidden_in ? hidden_in + done * body_.hidden_width : nullptr);
         compute(g);
         if (read) read(g, key, chunk);
@@ -151,23 +180,34 @@ void GraphRunner::run(int64_t n, int64_t max_rows, const int32_t * tokens, const
     }
 }
 
-CachedGraph & GraphRunner::prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in) {
+CachedGraph & GraphRunner::prepare(const GraphKey & key, const std::vector<Segment> & segments,
+                                   const int32_t * tokens, const float * hidden_in, const int32_t * out_rows) {
     const Hparams & hp = body_.hp;
     CachedGraph & g = graphs_.get(key, [&] { return build(key); });
-    const int64_t n = key.n_rows, pos0 = body_.kv.seq_len();
-    body_.kv.advance(n);
+    const int64_t n = key.n_rows;
     // Section-major when a token has several positions; text repeats its
     // position in all but the last section, which stays 0 (llama.cpp's rule).
     const int64_t sections = hp.n_pos_per_token;
     positions_.assign((size_t) (n * sections), 0);
-    for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
-        std::iota(positions_.begin() + s * n, positions_.begin() + (s + 1) * n, (int32_t) pos0);
+    int64_t row0 = 0;
+    for (const Segment & seg : segments) {
+        const int64_t pos0 = body_.kv.seq_len(seg.seq);
+        body_.kv.advance(seg.n_rows, seg.seq);
+        for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
+            std::iota(positions_.begin() + s * n + row0, positions_.begin() + s * n + row0 + seg.n_rows,
+                      (int32_t) pos0);
+        }
+        row0 += seg.n_rows;
     }
     set_input(g.tokens, tokens);
     set_input(g.positions, positions_.data());
     set_input(g.hidden_in, hidden_in);
-    fill_attention_inputs(g.full, positions_.data(), n);
-    if (g.swa.mask) fill_attention_inputs(g.swa, positions_.data(), n);
+    if (g.out_rows) {
+        const int32_t last = (int32_t) (n - 1);
+        set_input(g.out_rows, out_rows ? out_rows : &last);
+    }
+    fill_attention_inputs(g.full, segments, n);
+    if (g.swa.mask) fill_attention_inputs(g.swa, segments, n);
     return g;
 }
 

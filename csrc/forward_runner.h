@@ -41,6 +41,12 @@ struct ModelBody {
     bool per_op = false;
 };
 
+// One sequence's rows in a forward: n_rows at positions kv.seq_len(seq)..
+struct Segment {
+    int64_t seq;
+    int64_t n_rows;
+};
+
 // One graph of a call that run() splits: rows [done, done + n_rows) of it.
 struct Chunk {
     int64_t done;
@@ -52,7 +58,7 @@ class GraphRunner {
 public:
     GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels, size_t graph_budget_bytes);
 
-    // The one loop every caller runs: n rows at positions kv.seq_len().. as graphs of at
+    // The one loop every caller runs: n rows at positions kv.seq_len(seq).. as graphs of at
     // most max_rows. Each chunk's key gets its row count and KV lengths here and the
     // rest from `shape` (called before the chunk is prepared); `read` then takes the
     // chunk's outputs. tokens: [n] (null: the body reads none); hidden_in: [n,
@@ -60,12 +66,17 @@ public:
     using ShapeChunk = std::function<void(GraphKey & key, const Chunk & chunk)>;
     using ReadChunk = std::function<void(CachedGraph & g, const GraphKey & key, const Chunk & chunk)>;
     void run(int64_t n, int64_t max_rows, const int32_t * tokens, const float * hidden_in, const ShapeChunk & shape,
-             const ReadChunk & read);
+             const ReadChunk & read, int64_t seq = 0);
 
-    // The graph for `key` with its inputs set for key.n_rows rows at positions
-    // kv.seq_len().., which it advances past them. hidden_in: [n_rows,
-    // hidden_width] when the body takes hidden rows.
-    CachedGraph & prepare(const GraphKey & key, const int32_t * tokens, const float * hidden_in);
+    // The graph for `key` with its inputs set for the segments' rows, in order
+    // (key.n_rows in all), each sequence's at its positions kv.seq_len(seq)..,
+    // which it advances past them. hidden_in: [n_rows, hidden_width] when the
+    // body takes hidden rows. out_rows: the key.n_out rows the LM head reads,
+    // when fewer than all (null: the last).
+    CachedGraph & prepare(const GraphKey & key, const std::vector<Segment> & segments, const int32_t * tokens,
+                          const float * hidden_in, const int32_t * out_rows = nullptr);
+    // Sets key's KV lengths: what the segments' sequences attend over.
+    void size_kv(GraphKey & key, const std::vector<Segment> & segments) const;
     void compute(CachedGraph & g);
     // Hidden rows land at row0; LM-head rows at out_row0.
     void read_outputs(const CachedGraph & g, const GraphKey & key, int64_t row0, int64_t out_row0,
@@ -77,7 +88,7 @@ public:
 
 private:
     std::unique_ptr<CachedGraph> build(const GraphKey & key) const;
-    void fill_attention_inputs(const AttentionInputs & in, const int32_t * positions, int64_t n);
+    void fill_attention_inputs(const AttentionInputs & in, const std::vector<Segment> & segments, int64_t n);
     std::string device_name() const { return ggml_backend_name(backend_); }
 
     ggml_backend_t backend_;
@@ -92,6 +103,7 @@ private:
     std::vector<int32_t> positions_;
     std::vector<float> mask_;
     std::vector<int64_t> idx_;
+    std::vector<int32_t> regions_;
 };
 
 }  // namespace ggspec

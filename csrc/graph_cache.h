@@ -30,10 +30,12 @@ struct GraphKey {
     // whether it also stores the last row's state as the live state.
     int64_t state_slots = 1;
     bool writes_state = true;
+    bool batched = false;  // rows of several sequences (AttentionInputs::regions)
 
     bool operator<(const GraphKey & o) const {
-        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, state_slots, writes_state) <
-               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.state_slots, o.writes_state);
+        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, state_slots, writes_state, batched) <
+               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.state_slots, o.writes_state,
+                        o.batched);
     }
 };
 
@@ -44,6 +46,7 @@ struct CachedGraph {
     ggml_tensor * tokens = nullptr;
     ggml_tensor * positions = nullptr;
     ggml_tensor * hidden_in = nullptr;  // F32 [hidden width, n_rows], a drafter's
+    ggml_tensor * out_rows = nullptr;   // I32 [n_out]: the rows the LM head reads, when not all
     AttentionInputs full, swa;
     ggml_tensor * logits = nullptr;  // [n_vocab, n_out]
     ggml_tensor * ids = nullptr;     // I32 [top_k, n_out]

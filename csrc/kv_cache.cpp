@@ -35,29 +35,35 @@ void SlotMap::write(int64_t pos) {
     pos_[s] = pos;
 }
 
-void SlotMap::fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window,
-                        int64_t horizon) const {
+void SlotMap::fill_mask(float * mask, int64_t n_kv, int64_t base, const int32_t * positions, int64_t n_rows,
+                        int64_t window, int64_t horizon) const {
+    const int64_t end = std::min(n_kv, base + n_slots_);
     for (int64_t r = 0; r < n_rows; ++r) {
         const int64_t p = positions[r];
         const int64_t last = horizon >= 0 ? horizon : p;
         float * row = mask + r * n_kv;
-        for (int64_t s = 0; s < n_kv; ++s) {
-            const int64_t q = pos_[s];
+        std::fill(row, row + std::min(base, n_kv), -INFINITY);
+        for (int64_t s = base; s < end; ++s) {
+            const int64_t q = pos_[s - base];
             const bool visible = q >= 0 && q <= last && (window <= 0 || p - q < window);
             row[s] = visible ? 0.0f : -INFINITY;
         }
+        if (end > base) std::fill(row + end, row + n_kv, -INFINITY);
     }
 }
 
-KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type)
+KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type,
+                 int64_t n_seqs)
     : hp_(hp), n_ctx_(n_ctx), n_slots_full_(round_up(n_ctx, kKvBucket)) {
-    int64_t n_slots_ring = 0;
     if (hp.n_swa > 0) {
-        n_slots_ring = round_up(hp.n_swa + max_rows - 1, kKvBucket);
-        has_ring_ = n_slots_ring < n_slots_full_;
+        n_slots_ring_ = round_up(hp.n_swa + max_rows - 1, kKvBucket);
+        has_ring_ = n_slots_ring_ < n_slots_full_;
     }
-    full_ = SlotMap(n_slots_full_, false, 0);
-    if (has_ring_) ring_ = SlotMap(n_slots_ring, true, hp.n_swa);
+    seqs_.resize((size_t) n_seqs);
+    for (Sequence & s : seqs_) {
+        s.full = SlotMap(n_slots_full_, false, 0);
+        if (has_ring_) s.ring = SlotMap(n_slots_ring_, true, hp.n_swa);
+    }
 
     ggml_init_params params = {ggml_tensor_overhead() * 2 * (size_t) hp.n_layer, nullptr, true};
     ctx_ = ggml_init(params);
@@ -65,7 +71,7 @@ KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int6
     v_.assign(hp.n_layer, nullptr);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         if (hp.recurrent(il)) continue;  // a recurrent layer keeps its own state (recurrent_state.h)
-        const int64_t n_slots = layer_uses_ring(il) ? n_slots_ring : n_slots_full_;
+        const int64_t n_slots = n_seqs * (layer_uses_ring(il) ? n_slots_ring_ : n_slots_full_);
         k_[il] = ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv(), n_slots);
         v_[il] = ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv());
         ggml_format_name(k_[il], "cache_k_l%d", (int) il);
@@ -73,7 +79,8 @@ KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int6
     }
     try {
         buffer_ = allocate_tensors(ctx_, ggml_backend_dev_buffer_type(dev),
-                                   "the KV cache of a " + std::to_string(n_ctx) + "-position context (lower -c/n_ctx)");
+                                   "the KV cache of " + std::to_string(n_seqs) + " x " + std::to_string(n_ctx) +
+                                       " positions (lower -c/n_ctx or the slots)");
     } catch (...) {
         ggml_free(ctx_);
         throw;
@@ -87,36 +94,44 @@ KvCache::~KvCache() {
     if (ctx_) ggml_free(ctx_);
 }
 
-int64_t KvCache::n_kv_full(int64_t n_rows) const {
-    return std::min(round_up(seq_len_ + n_rows, kKvBucket), n_slots_full_);
+int64_t KvCache::n_kv_full(int64_t n_rows, int64_t seq) const {
+    return base(false, seq) + std::min(round_up(seqs_[seq].len + n_rows, kKvBucket), n_slots_full_);
 }
 
-int64_t KvCache::n_kv_ring(int64_t n_rows) const {
-    return has_ring_ ? std::min(ring_.n_slots(), n_kv_full(n_rows)) : n_kv_full(n_rows);
+int64_t KvCache::n_kv_ring(int64_t n_rows, int64_t seq) const {
+    if (!has_ring_) return n_kv_full(n_rows, seq);
+    return base(true, seq) + std::min(n_slots_ring_, n_kv_full(n_rows, seq) - base(false, seq));
 }
 
-void KvCache::advance(int64_t n) {
-    for (int64_t pos = seq_len_; pos < seq_len_ + n; ++pos) {
-        full_.write(pos);
-        if (has_ring_) ring_.write(pos);
+void KvCache::advance(int64_t n, int64_t seq) {
+    Sequence & s = seqs_[seq];
+    for (int64_t pos = s.len; pos < s.len + n; ++pos) {
+        s.full.write(pos);
+        if (has_ring_) s.ring.write(pos);
     }
-    seq_len_ += n;
+    s.len += n;
 }
 
-void KvCache::rewind(int64_t length) {
-    if (length < 0 || length > seq_len_) {
+void KvCache::rewind(int64_t length, int64_t seq) {
+    Sequence & s = seqs_[seq];
+    if (length < 0 || length > s.len) {
         throw std::invalid_argument("rewind length " + std::to_string(length) + " is outside [0, " +
-                                    std::to_string(seq_len_) + "]");
+                                    std::to_string(s.len) + "]");
     }
-    if (has_ring_) ring_.rewind(length);  // first: it is the one that may refuse
-    full_.rewind(length);
-    seq_len_ = length;
+    if (has_ring_) s.ring.rewind(length);  // first: it is the one that may refuse
+    s.full.rewind(length);
+    s.len = length;
 }
 
 void KvCache::clear() {
-    full_.clear();
-    if (has_ring_) ring_.clear();
-    seq_len_ = 0;
+    for (int64_t seq = 0; seq < n_seqs(); ++seq) clear_seq(seq);
+}
+
+void KvCache::clear_seq(int64_t seq) {
+    Sequence & s = seqs_[seq];
+    s.full.clear();
+    if (has_ring_) s.ring.clear();
+    s.len = 0;
 }
 
 size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buffer_); }

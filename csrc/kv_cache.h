@@ -1,4 +1,11 @@
-// The attention KV cache, with positions that can be rewound.
+// The attention KV cache, with positions that can be rewound, for one or
+// several sequences.
+//
+// Each sequence owns a region of every layer's cache, laid out as the one
+// sequence alone would have it: position p at region slot p (or p % ring).
+// Regions start at multiples of kKvBucket, so a sequence's slot indices keep
+// their residues mod 64, hence the SIMD lanes and chunk boundaries that its
+// attention sums over (see "Many sequences" in DEVELOPERS.md).
 //
 // Layers attending to the whole context keep one slot per position. Sliding-
 // window layers keep a ring of window + (largest forward - 1) slots, rounded up:
@@ -40,11 +47,12 @@ public:
     // window that position `length` needs.
     void rewind(int64_t length);
     void clear();
-    // mask[r * n_kv + s]: 0 where row r (at positions[r]) may attend slot s, else
-    // -inf. A window w > 0 hides positions p' with p - p' >= w (llama.cpp's rule).
-    // horizon >= 0 makes the rows non-causal: each sees every position up to it.
-    void fill_mask(float * mask, int64_t n_kv, const int32_t * positions, int64_t n_rows, int64_t window,
-                   int64_t horizon = -1) const;
+    // mask[r * n_kv + base + s]: 0 where row r (at positions[r]) may attend slot
+    // s, else -inf (every entry outside [base, base + n_slots) too). A window
+    // w > 0 hides positions p' with p - p' >= w (llama.cpp's rule). horizon >= 0
+    // makes the rows non-causal: each sees every position up to it.
+    void fill_mask(float * mask, int64_t n_kv, int64_t base, const int32_t * positions, int64_t n_rows,
+                   int64_t window, int64_t horizon = -1) const;
 
 private:
     int64_t n_slots_ = 0;
@@ -56,40 +64,54 @@ private:
 
 class KvCache {
 public:
-    KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type);
+    // n_ctx positions for each of n_seqs sequences; max_rows: the most rows one
+    // forward appends to one sequence.
+    KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type,
+            int64_t n_seqs = 1);
     ~KvCache();
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
     int64_t n_ctx() const { return n_ctx_; }
-    int64_t seq_len() const { return seq_len_; }
+    int64_t n_seqs() const { return (int64_t) seqs_.size(); }
+    int64_t seq_len(int64_t seq = 0) const { return seqs_[seq].len; }
     bool has_ring() const { return has_ring_; }
     bool layer_uses_ring(int64_t il) const { return has_ring_ && hp_.is_swa[il]; }
 
     ggml_tensor * k(int64_t il) const { return k_[il]; }
     ggml_tensor * v(int64_t il) const { return v_[il]; }  // transposed: [n_slots, n_embd_kv]
-    const SlotMap & slots(bool ring) const { return ring ? ring_ : full_; }
+    const SlotMap & slots(bool ring, int64_t seq = 0) const { return ring ? seqs_[seq].ring : seqs_[seq].full; }
+    int64_t total_slots(bool ring) const { return n_seqs() * (ring ? n_slots_ring_ : n_slots_full_); }
+    // Where a sequence's region starts in the cache's slots.
+    int64_t base(bool ring, int64_t seq) const { return seq * (ring ? n_slots_ring_ : n_slots_full_); }
 
-    // The number of slots an n_rows forward from seq_len() attends over.
-    int64_t n_kv_full(int64_t n_rows) const;
-    int64_t n_kv_ring(int64_t n_rows) const;
+    // The cache slots an n_rows forward from seq_len(seq) attends over: its
+    // region's start plus what the sequence alone would attend over.
+    int64_t n_kv_full(int64_t n_rows, int64_t seq = 0) const;
+    int64_t n_kv_ring(int64_t n_rows, int64_t seq = 0) const;
 
     // Records that positions [seq_len, seq_len + n) are being written.
-    void advance(int64_t n);
+    void advance(int64_t n, int64_t seq = 0);
     // Moves past n positions that stay empty (masked): a drafter that never
     // saw a reused prefix.
-    void skip(int64_t n) { seq_len_ += n; }
-    void rewind(int64_t length);
-    void clear();
+    void skip(int64_t n) { seqs_[0].len += n; }
+    void rewind(int64_t length, int64_t seq = 0);
+    void clear();                // every sequence
+    void clear_seq(int64_t seq);
     size_t bytes() const;
 
 private:
+    struct Sequence {
+        SlotMap full, ring;
+        int64_t len = 0;
+    };
+
     const Hparams & hp_;
     int64_t n_ctx_;
     int64_t n_slots_full_;
+    int64_t n_slots_ring_ = 0;
     bool has_ring_ = false;
-    int64_t seq_len_ = 0;
-    SlotMap full_, ring_;
+    std::vector<Sequence> seqs_;
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buffer_ = nullptr;
     std::vector<ggml_tensor *> k_, v_;

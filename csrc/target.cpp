@@ -95,8 +95,6 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_.get());
         row_kernels_ = row_kernels;  // other backends run ggml's own kernels
     }
-    const int64_t max_rows = std::max(opt.prefill_chunk, opt.max_verify_rows);
-    kv_ = std::make_unique<KvCache>(dev_, hp_, opt.n_ctx, max_rows, kv_type);
     max_verify_rows_ = opt.max_verify_rows;
     if (hp_.has_recurrent()) {
         rs_ = std::make_unique<RecurrentState>(dev_, hp_);
@@ -107,13 +105,34 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         const int64_t rows = std::max<int64_t>(2, std::min(opt.max_verify_rows, opt.prefill_chunk));
         max_verify_rows_ = std::clamp<int64_t>((int64_t) opt.recurrent_snapshot_bytes / per_row, 2, rows);
     }
-    runner_ = std::make_unique<GraphRunner>(
-        backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk}, row_kernels_,
-        opt_.graph_budget_bytes);
+    make_cache(1);
     if (hp_.n_nextn > 0 && arch_->load_nextn) {
         head_ = std::make_unique<DraftHead>(dev_, backend_.get(), *file_, *arch_, hp_, w_, drafter_options());
     }
     file_->check_all_used("ggspec's " + arch_name + " graph");
+}
+
+void Target::make_cache(int64_t n_seqs) {
+    runner_.reset();  // the graphs hold views of the old cache: freed first
+    kv_.reset();
+    pending_ = {};
+    kv_ = std::make_unique<KvCache>(dev_, hp_, opt_.n_ctx, max_batch_rows(), kv_type_from_name(opt_.kv_type), n_seqs);
+    runner_ = std::make_unique<GraphRunner>(backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk},
+                                            row_kernels_, opt_.graph_budget_bytes);
+}
+
+void Target::set_n_seqs(int64_t n) {
+    if (n < 1) throw std::invalid_argument("a target holds at least one sequence, got " + std::to_string(n));
+    if (rs_ && n > 1) {
+        throw std::invalid_argument("this " + std::string(arch_->name) +
+                                    " model's recurrent state holds one sequence; several are not supported yet");
+    }
+    if (n == n_seqs()) return;
+    if (rs_) {
+        rs_->clear();
+        state_len_ = 0;
+    }
+    make_cache(n);
 }
 
 DrafterOptions Target::drafter_options() const {
@@ -138,29 +157,105 @@ void Target::ensure_capacity(int64_t n) const {
     }
 }
 
-void Target::check_request(const ForwardRequest & req) const {
-    const int64_t n = req.n_tokens;
-    if (n <= 0) throw std::invalid_argument("forward needs at least one token");
-    ensure_capacity(kv_->seq_len() + n);
+void Target::check_seq(int64_t seq) const {
+    if (seq < 0 || seq >= n_seqs()) {
+        throw std::invalid_argument("sequence " + std::to_string(seq) + " is not one of this target's " +
+                                    std::to_string(n_seqs()) + " (set_n_seqs)");
+    }
+}
+
+void Target::check_tokens(const int32_t * tokens, int64_t n) const {
     for (int64_t i = 0; i < n; ++i) {
-        if (req.tokens[i] < 0 || req.tokens[i] >= hp_.n_vocab) {
-            throw std::invalid_argument("token id " + std::to_string(req.tokens[i]) + " at index " + std::to_string(i) +
+        if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
+            throw std::invalid_argument("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
                                         " is outside the vocabulary [0, " + std::to_string(hp_.n_vocab) + ")");
         }
     }
-    for (int tap : req.taps) {
+}
+
+void Target::check_taps_top_k(const std::vector<int> & taps, int top_k) const {
+    for (int tap : taps) {
         if (tap < -1 || tap >= hp_.n_layer) {
             throw std::invalid_argument("hidden tap " + std::to_string(tap) + " is not a layer of this " +
                                         std::to_string(hp_.n_layer) + "-layer model");
         }
     }
-    if (req.top_k < 0 || req.top_k > hp_.n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
+    if (top_k < 0 || top_k > hp_.n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
+}
+
+void Target::check_request(const ForwardRequest & req) const {
+    const int64_t n = req.n_tokens;
+    check_seq(req.seq);
+    if (n <= 0) throw std::invalid_argument("forward needs at least one token");
+    ensure_capacity(kv_->seq_len(req.seq) + n);
+    check_tokens(req.tokens, n);
+    check_taps_top_k(req.taps, req.top_k);
+}
+
+void Target::check_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps) const {
+    if (items.empty()) throw std::invalid_argument("a batch needs at least one sequence");
+    if (rs_) {
+        throw std::invalid_argument("this " + std::string(arch_->name) +
+                                    " model's recurrent state holds one sequence: it runs forward, not batches");
+    }
+    std::vector<bool> seen((size_t) n_seqs(), false);
+    for (const BatchItem & item : items) {
+        check_seq(item.seq);
+        const std::string which = "sequence " + std::to_string(item.seq);
+        if (seen[item.seq]) throw std::invalid_argument(which + " appears twice in one batch");
+        seen[item.seq] = true;
+        if (item.n_tokens <= 0) throw std::invalid_argument(which + " has no tokens in the batch");
+        if (item.n_tokens > max_batch_rows()) {
+            throw std::invalid_argument(which + " has " + std::to_string(item.n_tokens) +
+                                        " rows in the batch; one forward appends at most " +
+                                        std::to_string(max_batch_rows()) + " to a sequence");
+        }
+        if (kv_->seq_len(item.seq) + item.n_tokens > n_ctx()) {
+            throw ContextOverflowError(which + " would hold " + std::to_string(kv_->seq_len(item.seq) + item.n_tokens) +
+                                       " tokens, more than the context of " + std::to_string(n_ctx()));
+        }
+        check_tokens(item.tokens, item.n_tokens);
+    }
+    check_taps_top_k(taps, top_k);
+}
+
+void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps,
+                           const ForwardOutputs & out) {
+    check_batch(items, top_k, taps);
+    std::vector<Segment> segments;
+    std::vector<int32_t> tokens, out_rows;
+    std::vector<int64_t> start_lens;
+    for (const BatchItem & item : items) {
+        const int32_t row0 = (int32_t) tokens.size();
+        segments.push_back({item.seq, item.n_tokens});
+        start_lens.push_back(kv_->seq_len(item.seq));
+        tokens.insert(tokens.end(), item.tokens, item.tokens + item.n_tokens);
+        if (item.head == BatchItem::Head::all) {
+            for (int64_t r = 0; r < item.n_tokens; ++r) out_rows.push_back(row0 + (int32_t) r);
+        } else if (item.head == BatchItem::Head::last) {
+            out_rows.push_back(row0 + (int32_t) item.n_tokens - 1);
+        }
+    }
+    GraphKey key;
+    key.n_rows = (int64_t) tokens.size();
+    key.n_out = (int64_t) out_rows.size();
+    key.top_k = key.n_out > 0 ? top_k : 0;
+    key.taps = taps;
+    runner_->size_kv(key, segments);
+    try {
+        CachedGraph & g = runner_->prepare(key, segments, tokens.data(), nullptr, out_rows.data());
+        runner_->compute(g);
+        runner_->read_outputs(g, key, 0, 0, out);
+    } catch (...) {
+        for (size_t i = 0; i < items.size(); ++i) kv_->rewind(start_lens[i], items[i].seq);  // never the ring's limit
+        throw;
+    }
 }
 
 void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
     check_request(req);
     const int64_t n = req.n_tokens;
-    const int64_t start_len = kv_->seq_len();
+    const int64_t start_len = kv_->seq_len(req.seq);
     if (rs_) settle_state(start_len);  // the last verify kept every row
     // A verify keeps the state after each row, to roll back to without a re-forward.
     const bool keep_rows = rs_ && req.all_rows && n <= max_verify_rows() &&
@@ -175,7 +270,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
                 key.taps = req.taps;
                 key.state_slots = keep_rows ? c.n_rows : 1;
                 key.writes_state = !keep_rows || rollback_ == Rollback::snapshots_host;
-                pos0 = kv_->seq_len();
+                pos0 = kv_->seq_len(req.seq);
             },
             [&](CachedGraph & g, const GraphKey & key, const Chunk & c) {
                 if (rs_) {
@@ -183,26 +278,28 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
                     pending_ = keep_rows ? PendingState{&g, pos0, c.n_rows, key.writes_state} : PendingState{};
                 }
                 runner_->read_outputs(g, key, c.done, req.all_rows ? c.done : 0, out);
-            });
+            },
+            req.seq);
     } catch (...) {
         // The cache holds nothing usable past the start; rewind if the ring still allows it.
         try {
             if (rs_) settle_state(start_len);
-            kv_->rewind(start_len);
+            kv_->rewind(start_len, req.seq);
         } catch (const std::exception &) {
-            reset();
+            n_seqs() == 1 ? reset() : reset_seq(req.seq);
         }
         throw;
     }
 }
 
-void Target::rewind(int64_t length) {
-    if (length < 0 || length > kv_->seq_len()) {
+void Target::rewind(int64_t length, int64_t seq) {
+    check_seq(seq);
+    if (length < 0 || length > kv_->seq_len(seq)) {
         throw std::invalid_argument("rewind length " + std::to_string(length) + " is outside [0, " +
-                                    std::to_string(kv_->seq_len()) + "]");
+                                    std::to_string(kv_->seq_len(seq)) + "]");
     }
     if (rs_) settle_state(length);
-    kv_->rewind(length);
+    kv_->rewind(length, seq);
 }
 
 void Target::reset() {
@@ -212,6 +309,16 @@ void Target::reset() {
     if (rs_) rs_->clear();
     state_len_ = 0;
     pending_ = {};
+}
+
+void Target::reset_seq(int64_t seq) {
+    check_seq(seq);
+    kv_->clear_seq(seq);
+    if (rs_) {  // its only sequence
+        rs_->clear();
+        state_len_ = 0;
+        pending_ = {};
+    }
 }
 
 void Target::settle_state(int64_t length) {

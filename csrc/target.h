@@ -2,6 +2,7 @@
 // as batched forwards whose row i is bit-identical to the one-row step at
 // that position. This is what speculative decoding verifies with.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,11 +50,22 @@ struct TargetOptions {
 };
 
 struct ForwardRequest {
+    int64_t seq = 0;  // which sequence of the cache the tokens continue
     const int32_t * tokens = nullptr;
     int64_t n_tokens = 0;
     bool all_rows = false;  // LM head on every row, or only on the last
     int top_k = 0;
     std::vector<int> taps;  // -1 = after the final norm
+};
+
+// One sequence's part of a batched forward: rows appended to it, each through
+// the LM head (a verify) or only its last (a decode step, a prompt's end), or
+// none (a prompt chunk before its end).
+struct BatchItem {
+    int64_t seq = 0;
+    const int32_t * tokens = nullptr;
+    int64_t n_tokens = 0;
+    enum class Head { last, all, none } head = Head::last;
 };
 
 class Target {
@@ -67,12 +79,26 @@ public:
     void forward(const ForwardRequest & req, const ForwardOutputs & out);
     // Throws (naming the problem) for a request forward() would refuse.
     void check_request(const ForwardRequest & req) const;
+    // Several sequences' rows as ONE forward, in the items' order: each
+    // sequence's rows get the bits that sequence alone would get. LM-head rows
+    // land in out in item order; hidden rows, every row in order. Each item
+    // has at most max_batch_rows() rows; a sequence appears once.
+    void forward_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps,
+                       const ForwardOutputs & out);
+    // Throws (naming the problem) for a batch forward_batch() would refuse.
+    void check_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps) const;
+    int64_t max_batch_rows() const { return std::max(opt_.prefill_chunk, opt_.max_verify_rows); }
+    // The sequences the cache holds, each n_ctx() positions. Growing or
+    // shrinking empties every sequence; recurrent trunks hold one.
+    void set_n_seqs(int64_t n);
+    int64_t n_seqs() const { return kv_->n_seqs(); }
 
     // Keeps the first `length` positions. On a recurrent trunk the state must
     // reach `length`: a row of the last verify, or where it already is;
     // otherwise throws std::invalid_argument and changes nothing.
-    void rewind(int64_t length);
-    void reset();
+    void rewind(int64_t length, int64_t seq = 0);
+    void reset();                 // every sequence, and the drafters
+    void reset_seq(int64_t seq);  // one sequence of the trunk's cache
     // The re-forward rollback path's host copies of the recurrent state; no-ops
     // on every other path and on attention-only trunks.
     void snapshot_recurrent();
@@ -91,7 +117,7 @@ public:
     void ensure_capacity(int64_t n) const;
 
     const Hparams & hparams() const { return hp_; }
-    int64_t seq_len() const { return kv_->seq_len(); }
+    int64_t seq_len(int64_t seq = 0) const { return kv_->seq_len(seq); }
     int64_t n_ctx() const { return kv_->n_ctx(); }
     uint64_t graph_builds() const { return runner_->builds(); }
     size_t graphs_cached() const { return runner_->cached(); }
@@ -130,6 +156,10 @@ private:
     void settle_state(int64_t length);
     DrafterOptions drafter_options() const;
     void commit_row(int64_t row);
+    void check_seq(int64_t seq) const;
+    void check_tokens(const int32_t * tokens, int64_t n) const;
+    void check_taps_top_k(const std::vector<int> & taps, int top_k) const;
+    void make_cache(int64_t n_seqs);
 
     // Declared in the order they must be built; destroyed in reverse: the
     // graphs and the cache before the backend, the weights' file last.

@@ -137,8 +137,8 @@ def test_errors_reach_the_caller_and_the_engine_goes_on(model, tmp_path):
         with pytest.raises(RuntimeError, match="the drafter broke"):
             run.result
         assert engine.submit([1, 2, 3], max_tokens=3, **GREEDY).result.tokens
-    with pytest.raises(ValueError, match="slots must be 1"):
-        ggspec.Engine(model, slots=2)
+    with pytest.raises(ValueError, match="slots must be a positive integer"):
+        ggspec.Engine(model, slots=0)
 
 
 class _Broken(Speculator):

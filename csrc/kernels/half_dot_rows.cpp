@@ -113,20 +113,27 @@ public:
             const auto * h = (const uint16_t *) acts.row(a);
             (bf16() ? to_float<true> : to_float<false>)(h, rows.data() + (a - acts.first) * stride_, n_);
             steps[a - acts.first] = nonzero_steps(h, np_ / kStep);
-            keys[a - acts.first] = job_.mask ? unmasked(job_.mask + a * job_.mask_stride, job_.mask_stride)
+            keys[a - acts.first] = job_.mask ? unmasked(job_.mask + a * job_.mask_stride, w_end_)
                                              : Span{0, INT64_MAX};
         }
         acts_ = rows.data();
         a0_ = acts.first;
         if (avx512_) interleave_pairs(n_rows);
-        // the chunk's tiles: 8 rows at a time, then 4, 2 and 1
+        // The chunk's tiles: 8 rows at a time, then 4, 2 and 1, within each run of
+        // rows whose spans overlap. A batch of several sequences puts each
+        // sequence's rows over its own region of the cache: a tile across two
+        // would compute everything between them.
         std::vector<Tile> & tiles = thread_buffer<Tile>();
         tiles.clear();
         for (int64_t a = acts.first; a < acts.end;) {
-            const int64_t left = acts.end - a;
-            const int n = left >= kTileA ? kTileA : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            tiles.push_back({a, n, spans(keys.data() + (a - a0_), n), spans(steps.data() + (a - a0_), n)});
-            a += n;
+            int64_t run_end = a + 1;
+            while (run_end < acts.end && overlap(keys, steps, run_end - 1 - a0_, run_end - a0_)) ++run_end;
+            for (; a < run_end;) {
+                const int64_t left = run_end - a;
+                const int n = left >= kTileA ? kTileA : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+                tiles.push_back({a, n, spans(keys.data() + (a - a0_), n), spans(steps.data() + (a - a0_), n)});
+                a += n;
+            }
         }
         tiles_ = tiles.data();
         n_tiles_ = (int64_t) tiles.size();
@@ -163,6 +170,15 @@ private:
     };
 
     bool bf16() const { return job_.weight_type == GGML_TYPE_BF16; }
+
+    // Whether rows i and j of the chunk share keys and nonzero steps (an empty
+    // span shares with anything: the row costs nothing in any tile).
+    static bool overlap(const std::vector<Span> & keys, const std::vector<Span> & steps, int64_t i, int64_t j) {
+        const auto meet = [](Span x, Span y) {
+            return x.lo >= x.hi || y.lo >= y.hi || (x.lo < y.hi && y.lo < x.hi);
+        };
+        return meet(keys[i], keys[j]) && meet(steps[i], steps[j]);
+    }
 
     // The union of n rows' spans ({0, 0} when all are empty).
     static Span spans(const Span * s, int64_t n) {

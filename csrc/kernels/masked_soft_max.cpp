@@ -2,9 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <deque>
-#include <mutex>
 #include <random>
 #include <vector>
 
@@ -18,7 +15,6 @@
 extern "C" double ggml_vec_soft_max_f32(const int n, float * y, const float * x, float max);
 
 namespace ggspec {
-namespace {
 
 #if GGSPEC_X86_KERNEL
 constexpr int64_t kBlock = 16;  // the widest block of ggml_vec_soft_max_f32
@@ -57,7 +53,11 @@ GGSPEC_AVX2 void soft_max_row(const float * kq, const float * mask, float * y, i
     for (i = s.lo; i + 8 <= s.hi; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_loadu_ps(y + i), vinv));
     for (; i < s.hi; ++i) y[i] *= inv;
 }
+#endif
 
+namespace {
+
+#if GGSPEC_X86_KERNEL
 // Rows are dealt out one at a time, since a causal mask gives them unequal work.
 void masked_soft_max_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * kq = dst->src[0];
@@ -70,19 +70,6 @@ void masked_soft_max_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
                      (const float *) ((const char *) mask->data + row * mask->nb[1]),
                      (float *) ((char *) dst->data + row * dst->nb[1] + head * dst->nb[2]), n, scale);
     }
-}
-
-// The op's userdata must outlive every graph that holds it: one float per
-// distinct scale, for the process.
-const float * interned(float scale) {
-    static std::deque<float> scales;
-    static std::mutex mutex;
-    std::lock_guard<std::mutex> lock(mutex);
-    for (const float & s : scales) {
-        if (std::memcmp(&s, &scale, sizeof s) == 0) return &s;
-    }
-    scales.push_back(scale);
-    return &scales.back();
 }
 
 // Random logits through ggml_soft_max_ext and the op, under a mask with

@@ -18,6 +18,7 @@ struct AttentionInputs {
     ggml_tensor * mask = nullptr;   // F32 [n_kv, n_rows]: 0 or -inf
     ggml_tensor * k_idx = nullptr;  // I64 [n_rows]: the K cache row each new row goes to
     ggml_tensor * v_idx = nullptr;  // I64 [n_rows * n_embd_kv]: element slots in the transposed V cache (path off)
+    ggml_tensor * regions = nullptr;  // I32 [2 * n_rows]: each row's sequence's region [lo, hi) (batched graphs)
     int64_t n_kv = 0;               // slots attended over
     bool ring = false;              // cache rows come from the sliding-window ring
     int64_t window = 0;             // 0 = whole context

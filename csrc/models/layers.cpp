@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/batched_attention.h"
 #include "kernels/masked_soft_max.h"
 #include "kernels/set_columns.h"
 
@@ -78,7 +79,14 @@ ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor 
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
     auto [kcache, vcache] = cache_kv(g, il, k, v);
-    ggml_tensor * mask = g.attention_inputs(il).mask;
+    const AttentionInputs & in = g.attention_inputs(il);
+    ggml_tensor * mask = in.mask;
+    if (in.regions) {  // several sequences' rows: each attends over its own region's keys
+        if (ggml_tensor * heads = batched_attention(ctx, q, kcache, vcache, mask, in.regions, hp.kq_scale,
+                                                    g.row_kernels)) {
+            return heads;
+        }
+    }
     ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3), mask);  // [n_kv, n, n_head]
     kq = masked_soft_max(ctx, kq, mask, hp.kq_scale, g.row_kernels);
     ggml_tensor * kqv = g.matmul(vcache, kq);  // [hd, n, n_head]

@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import queue
 import threading
-import time
 import weakref
 from typing import Any, Callable, Sequence
 
+from ggspec.engine.batching import BatchScheduler
 from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.planner import SpeculationPlan, check_draft_model, plan_speculation
+from ggspec.engine.request_run import RequestRun
 from ggspec.engine.sampling import Sampler, SamplerConfig, random_seed
 from ggspec.engine.stream import Generation, GenerationStream, Request
 from ggspec.native.target import ContextOverflowError, token_array
 from ggspec.speculators.options import SpecOptions
-from ggspec.text import StreamDecoder
 
 Spec = bool | str | SpecOptions | SpeculationPlan
 _DEFAULT = SamplerConfig()  # llama.cpp's sampling defaults
@@ -34,20 +34,26 @@ class _Call:
 
 
 class Engine:
-    """Runs generations on one Model. slots: sequences served at once (1 for now).
+    """Runs generations on one Model. slots: sequences served at once, all their rows
+    in one forward per step, each slot's tokens the ones its request gives alone
+    (engine/batching.py); each slot holds the model's n_ctx positions.
 
     Close it (`close()`, or a `with` block) or drop it, and its worker stops once
     the requests already submitted have ended, releasing the target.
     """
 
     def __init__(self, model, slots: int = 1):
-        if slots != 1:
-            raise ValueError(f"slots must be 1 (several sequences in one forward are not served yet), got {slots}")
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"slots must be a positive integer, got {slots!r}")
+        if slots > 1 and model.target.recurrent:
+            raise ValueError(f"slots={slots}: this {model.target.arch} model's recurrent state holds one sequence; "
+                             f"several slots are not supported for it yet")
         self.model = model
         self.slots = slots
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         # the worker holds the queue and the model, never the engine, so dropping the engine stops it
-        self._worker = threading.Thread(target=_work, args=(self._jobs, model), name="ggspec-engine", daemon=True)
+        work, args = (_work, (self._jobs, model)) if slots == 1 else (_work_batched, (self._jobs, model, slots))
+        self._worker = threading.Thread(target=work, args=args, name="ggspec-engine", daemon=True)
         self._worker.start()
         self._stop = weakref.finalize(self, self._jobs.put, _STOP)
 
@@ -76,6 +82,9 @@ class Engine:
         check_prompt(model, ids)
         sampler = Sampler(SamplerConfig(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                         seed=random_seed() if seed is None else seed), model.target.n_vocab)
+        if isinstance(spec, SpeculationPlan) and self.slots > 1:
+            raise ValueError("a SpeculationPlan holds one sequence's speculator; an Engine with slots > 1 takes "
+                             "spec=True/False, a speculator name or SpecOptions")
         if not isinstance(spec, SpeculationPlan):
             spec = spec_options(spec)
             if spec.draft_model:
@@ -112,11 +121,7 @@ def _work(jobs: queue.SimpleQueue, model) -> None:
     while (job := jobs.get()) is not _STOP:
         with model.lease:
             if isinstance(job, _Call):
-                try:
-                    job.value = job.fn()
-                except BaseException as e:  # noqa: BLE001 - handed to the caller
-                    job.error = e
-                job.done.set()
+                _run_call(job)
             else:
                 try:
                     job.finish(run_request(model, job))
@@ -125,56 +130,76 @@ def _work(jobs: queue.SimpleQueue, model) -> None:
                     job.finish(error=e)
 
 
+def _work_batched(jobs: queue.SimpleQueue, model, n_slots: int) -> None:
+    """The worker of an Engine with several slots: requests join and leave between
+    steps; the model's lease is held while any slot runs."""
+    scheduler = BatchScheduler(model, n_slots)
+    stopping = False
+
+    def handle(job) -> None:
+        nonlocal stopping
+        if job is _STOP:
+            stopping = True
+        elif isinstance(job, _Call):
+            _run_call(job)
+        else:
+            scheduler.submit(job)
+
+    while not stopping or scheduler.busy:
+        if not scheduler.busy:
+            handle(jobs.get())  # idle: wait for work
+        with model.lease:
+            _drain(jobs, handle)
+            if scheduler.busy:
+                scheduler.claim()
+            while scheduler.busy:
+                try:
+                    scheduler.step()
+                except BaseException as e:  # noqa: BLE001 - a scheduler bug must not strand requests
+                    scheduler.fail_all(e)
+                _drain(jobs, handle)
+
+
+def _drain(jobs: queue.SimpleQueue, handle: Callable[[Any], None]) -> None:
+    while True:
+        try:
+            job = jobs.get_nowait()
+        except queue.Empty:
+            return
+        handle(job)
+
+
+def _run_call(job: _Call) -> None:
+    try:
+        job.value = job.fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the caller
+        job.error = e
+    job.done.set()
+
+
 def run_request(model, request: Request) -> Generation:
     """One generation, on the worker: the prompt's forward, then speculative steps
     until the budget, an end-of-generation token, the context's end or a cancel."""
-    target, tokenizer = model.target, model.tokenizer
+    target = model.target
     spec = request.spec
     plan = spec if isinstance(spec, SpeculationPlan) else plan_speculation(target, spec)
     reused = _reuse(model, request.session, request.prompt_ids)
-    execution = _execution(target, plan, request.sampler, reused)
-    decoder = StreamDecoder(tokenizer)
-    pieces: list[str] = []
-    tokens = request.tokens
-    emitted: list[int] = []  # everything the runtime produced, past an end-of-generation token too
-    clock = _Clock()
+    run = RequestRun(model.tokenizer, request, _execution(target, plan, request.sampler, reused), reused)
     if not reused:
         target.reset()
-    clock.start()
-    steps = execution.generate(request.prompt_ids, request.max_tokens, reused=reused)
-    stop = None
-    while stop is None:
+    run.start()
+    steps = run.execution.generate(request.prompt_ids, request.max_tokens, reused=reused)
+    while run.stop is None:
         if request.cancelled:
-            stop = "cancelled"
+            run.end("cancelled")
             break
         step = next(steps, None)
         if step is None:
-            stop = "context" if len(tokens) < request.max_tokens else "length"
+            run.end("context" if len(request.tokens) < request.max_tokens else "length")
             break
-        emitted.extend(step)
-        for token in step:
-            clock.tick(first=clock.t_prompt is None)
-            if request.on_token is not None:
-                request.on_token(token)
-            if token in tokenizer.eog_ids and not request.ignore_eos:
-                stop = "eos"
-                break
-            tokens.append(token)
-            piece = decoder.push(token)
-            if piece:
-                pieces.append(piece)
-                request.put(piece)
-    tail = decoder.flush()
-    if tail:
-        pieces.append(tail)
-        request.put(tail)
-    stats = clock.stats(len(request.prompt_ids), len(tokens), request.sampler.config.seed, stop)
-    stats["reused_prompt_tokens"] = reused
-    stats.update(execution.stats.as_dict())
-    result = Generation("".join(pieces), list(tokens), list(request.prompt_ids), stats)
-    model.kv_tokens = (request.prompt_ids + emitted)[:target.cache_seq_len]
-    if request.on_finish is not None:
-        request.on_finish(result)
+        run.take(step)
+    result = run.finish()
+    model.kv_tokens = (request.prompt_ids + run.emitted)[:target.cache_seq_len]
     return result
 
 
@@ -209,34 +234,6 @@ def _execution(target, plan: SpeculationPlan, sampler: Sampler, reused: int) -> 
         speculator.reset()  # a new sequence, or a new turn of one: it re-reads the history
     return SpeculativeExecution(target, sampler, speculator, governor=plan.governor, stats=stats,
                                 draft_cap=plan.options.draft, accept=plan.options.accept)
-
-
-class _Clock:
-    def __init__(self):
-        self.t_start = self.t_prompt = self.t_last = None
-
-    def start(self) -> None:
-        self.t_start = time.perf_counter()
-
-    def tick(self, first: bool) -> None:
-        self.t_last = time.perf_counter()
-        if first:
-            self.t_prompt = self.t_last
-
-    def stats(self, n_prompt: int, n_gen: int, seed: int, stop: str) -> dict[str, Any]:
-        prompt_s = (self.t_prompt - self.t_start) if self.t_prompt else 0.0
-        gen_s = (self.t_last - self.t_prompt) if self.t_prompt else 0.0
-        # The first token comes with the prompt's forward; generation speed counts the rest.
-        return {
-            "prompt_tokens": n_prompt,
-            "gen_tokens": n_gen,
-            "prompt_seconds": prompt_s,
-            "gen_seconds": gen_s,
-            "prompt_tokens_per_second": n_prompt / prompt_s if prompt_s > 0 else 0.0,
-            "gen_tokens_per_second": (n_gen - 1) / gen_s if gen_s > 0 and n_gen > 1 else 0.0,
-            "seed": seed,
-            "stop": stop,
-        }
 
 
 def check_prompt(model, prompt_ids: list[int]) -> None:

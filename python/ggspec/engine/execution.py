@@ -8,6 +8,7 @@ token, and every emitted token is drawn from a target row.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 from ggspec.engine.acceptance import accept_match, accept_rejection
@@ -15,6 +16,22 @@ from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.sampling import Sampler
 from ggspec.speculators.base import DraftContext, Speculator
 from ggspec.engine.stats import SpecStats
+
+
+@dataclass
+class StepPlan:
+    """One step's rows, from plan_step to finish_step."""
+
+    rows: list[int]           # the pending token, then the drafts
+    drafts: list[int]
+    shadow: list[int] | None  # a parked governor's unverified drafts, to score
+    position: int             # the pending token's
+    t0: float
+    builds: int               # the target's graph builds when the step began
+
+    @property
+    def verifies(self) -> bool:
+        return bool(self.drafts)
 
 
 class SpeculativeExecution:
@@ -60,7 +77,12 @@ class SpeculativeExecution:
 
     def prefill(self, tokens: Sequence[int], position: int = 0) -> int:
         """Forwards the prompt (positions position..); returns the first sampled token."""
-        out = self.target.spec_forward(tokens, top_k=self._top_k, hidden_layers=self._taps)
+        return self.finish_prefill(tokens, self.target.spec_forward(tokens, top_k=self._top_k,
+                                                                     hidden_layers=self._taps), position)
+
+    def finish_prefill(self, tokens: Sequence[int], out, position: int = 0) -> int:
+        """The prompt's forward `out` (its last row's LM head): commits the prompt and
+        samples the first token."""
         if self.speculator is not None and not self.speculator.handles_own_prefill:
             self.speculator.commit(tokens, out.hidden, position)
         self._hidden = None if out.hidden is None else out.hidden[-1:]
@@ -69,18 +91,35 @@ class SpeculativeExecution:
 
     def step(self, history: Sequence[int], budget: int) -> list[int]:
         """history ends with the pending token; emits between 1 and `budget` tokens."""
-        target, stats = self.target, self.stats
-        position = len(history) - 1
-        t0 = self.clock()
-        builds = target.graph_builds
-        drafts, shadow = self._draft(history, position, budget)
-        rows = [history[-1], *drafts]
+        plan = self.plan_step(history, budget)
+        with self.stats.phase("verify"):
+            out = self.target.spec_forward(plan.rows, all_logits=plan.verifies, top_k=self._top_k,
+                                           hidden_layers=self._taps)
+        return self.finish_step(plan, out)
 
+    @property
+    def forward_top_k(self) -> int:
+        """The top_k this sequence's forwards ask for (0: full logits)."""
+        return self._top_k
+
+    def plan_step(self, history: Sequence[int], budget: int) -> "StepPlan":
+        """A step's rows: the pending token (history's last) and the drafts to verify
+        with it. Its forward runs them (all rows through the LM head when it verifies);
+        finish_step takes the forward's rows."""
+        t0 = self.clock()
+        builds = self.target.graph_builds
+        position = len(history) - 1
+        drafts, shadow = self._draft(history, position, budget)
         if drafts:
-            with stats.phase("snapshot"):
-                target.snapshot_recurrent()
+            with self.stats.phase("snapshot"):
+                self.target.snapshot_recurrent()
+        return StepPlan([history[-1], *drafts], drafts, shadow, position, t0, builds)
+
+    def finish_step(self, plan: "StepPlan", out) -> list[int]:
+        """Accepts, rolls back and commits after the plan's forward; returns the emitted tokens."""
+        target, stats = self.target, self.stats
+        rows, drafts, position = plan.rows, plan.drafts, plan.position
         with stats.phase("verify"):
-            out = target.spec_forward(rows, all_logits=bool(drafts), top_k=self._top_k, hidden_layers=self._taps)
             emitted = self._accept(out, drafts, position + 1)
         kept = len(emitted)  # the pending token and the accepted drafts are in the KV
         hidden = out.hidden
@@ -96,9 +135,10 @@ class SpeculativeExecution:
             stats.record_verify(len(drafts), kept - 1)
         else:
             stats.plain_steps += 1
-        if shadow is not None:
-            self.governor.observe_shadow(shadow[:1] == emitted[:1])
-        self.governor.observe(bool(drafts), len(emitted), self.clock() - t0, warmup=target.graph_builds != builds)
+        if plan.shadow is not None:
+            self.governor.observe_shadow(plan.shadow[:1] == emitted[:1])
+        self.governor.observe(bool(drafts), len(emitted), self.clock() - plan.t0,
+                              warmup=target.graph_builds != plan.builds)
         stats.governor_parked_steps = self.governor.parked_steps - self._governor_start[0]
         stats.governor_probes = self.governor.probes - self._governor_start[1]
         stats.state_transfer_bytes = target.state_transfer_bytes - self._state_bytes_start
@@ -145,4 +185,4 @@ class SpeculativeExecution:
         return target.spec_forward(rows[:kept], all_logits=True, top_k=1, hidden_layers=self._taps).hidden
 
 
-__all__ = ["SpeculativeExecution"]
+__all__ = ["SpeculativeExecution", "StepPlan"]

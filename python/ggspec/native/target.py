@@ -23,6 +23,15 @@ Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after th
 
 
 @dataclass(frozen=True)
+class BatchItem:
+    """One sequence's rows in a forward_batch: head "last", "all" or "none" (see there)."""
+
+    seq: int
+    tokens: Sequence[int] | np.ndarray
+    head: str = "last"
+
+
+@dataclass(frozen=True)
 class ForwardResult:
     """What one forward returns; only what was asked for crosses to the host.
 
@@ -159,6 +168,11 @@ class Target:
         return self._core.verify_persists_accepted_kv
 
     @property
+    def recurrent(self) -> bool:
+        """Whether the trunk has recurrent layers (qwen35): their state holds one sequence."""
+        return self._core.recurrent_state_bytes > 0
+
+    @property
     def max_verify_rows(self) -> int:
         """The most rows a verify may have and still roll back (the runtime caps drafts
         at one less): on a recurrent trunk, what its snapshot budget holds."""
@@ -191,6 +205,7 @@ class Target:
         all_logits: bool = False,
         hidden_layers: Sequence[Tap] = (),
         top_k: int = 0,
+        seq: int = 0,
     ) -> ForwardResult:
         """Appends `tokens` to the sequence as ONE batched forward (chunked for long prefills).
 
@@ -199,12 +214,51 @@ class Target:
             trunk's output after the final norm.
         top_k: 0 returns full logits; k > 0 returns the top k ids and logits per row,
             computed in the graph (k = 1 is the argmax), best first, ties to the lower id.
+        seq: which of the cache's sequences (set_sequences) the tokens continue.
         """
         taps = [self._tap_index(t) for t in hidden_layers]
         ids_in = token_array(tokens, self.n_vocab)
         with self._lock:
-            values, ids, hidden = self._core.forward(ids_in, all_logits, taps, int(top_k))
+            values, ids, hidden = self._core.forward(ids_in, all_logits, taps, int(top_k), _index("sequence", seq))
         return ForwardResult(logits=values, ids=ids, hidden=hidden)
+
+    def forward_batch(self, items: Sequence[BatchItem], *, hidden_layers: Sequence[Tap] = (),
+                      top_k: int = 0) -> ForwardResult:
+        """Several sequences' rows as ONE forward: each row gets the bits that its
+        sequence alone would get (spec_forward on it), whatever the other items are.
+
+        items: BatchItem(seq, tokens, head) each, a sequence at most once; head "last"
+            (the LM head on its last row), "all" (on every row: a verify) or "none" (a
+            prompt chunk before the prompt's end). At most max_batch_rows tokens each.
+        The result's logits/ids hold the LM-head rows in item order; hidden, every row.
+        """
+        taps = [self._tap_index(t) for t in hidden_layers]
+        batch = [(_index("sequence", item.seq), token_array(item.tokens, self.n_vocab), item.head) for item in items]
+        with self._lock:
+            values, ids, hidden = self._core.forward_batch(batch, taps, int(top_k))
+        return ForwardResult(logits=values, ids=ids, hidden=hidden)
+
+    @property
+    def sequences(self) -> int:
+        """How many sequences the KV cache holds, each max_context_length positions."""
+        return self._core.n_seqs
+
+    def set_sequences(self, n: int) -> None:
+        """Sizes the KV cache for n sequences (each of max_context_length positions).
+        A change empties every sequence. Recurrent trunks (qwen35) hold one."""
+        n = _index("sequences", n)
+        with self._lock:
+            self._core.set_n_seqs(n)
+
+    @property
+    def max_batch_rows(self) -> int:
+        """The most rows one forward_batch item may append to its sequence."""
+        return self._core.max_batch_rows
+
+    def sequence_length(self, seq: int) -> int:
+        """Positions sequence `seq` holds in the cache."""
+        with self._lock:
+            return self._core.seq_len_of(_index("sequence", seq))
 
     def _tap_index(self, tap: Tap) -> int:
         if tap == "final":
@@ -220,11 +274,16 @@ class Target:
         with self._lock:
             self._core.ensure_capacity(n)
 
-    def rewind(self, length: int) -> None:
-        """Keeps the first `length` positions of the cache and forgets the rest."""
+    def rewind(self, length: int, seq: int = 0) -> None:
+        """Keeps the first `length` positions of sequence `seq` and forgets the rest."""
         length = _index("rewind length", length)
         with self._lock:
-            self._core.rewind(length)
+            self._core.rewind(length, _index("sequence", seq))
+
+    def reset_sequence(self, seq: int) -> None:
+        """Empties one sequence of the cache (the drafters' caches are the first sequence's)."""
+        with self._lock:
+            self._core.reset_seq(_index("sequence", seq))
 
     def set_recurrent_rollback(self, path: str) -> None:
         """Switches a recurrent trunk's rollback path (see load()) between generations."""
@@ -316,5 +375,5 @@ def load(
     return Target(core, path)
 
 
-__all__ = ["Target", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
+__all__ = ["Target", "BatchItem", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
            "token_array", "usable_cpus"]

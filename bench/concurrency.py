@@ -1,0 +1,278 @@
+"""Many requests at once: ggspec's Engine with N slots against llama-server -np N.
+
+    python -m bench.concurrency                     # both models, concurrency 1 2 4 8, plain and n-gram
+    python -m bench.concurrency --models gemma3-270m-q4_k_m --levels 4 --rounds 1
+
+At each concurrency N, N clients each send --requests requests one after the
+other (a closed loop, so N are always in flight), greedy, EOS ignored, the same
+prompt token ids on both sides: prompts from the document, code and prose suites,
+cut or filled (with the suites' document) to 128-256 tokens. ggspec runs an
+Engine(model, slots=N) in this process; llama.cpp runs llama-server (-np N,
+continuous batching, N x the per-slot context, the same threads, its default
+flash attention) on 127.0.0.1, streaming /completion. Each configuration runs
+--rounds times, alternating engines. Reported per (model, config, N), medians
+over rounds: aggregate generated tokens/s (all tokens over the wall time of the
+level), p50 and p95 time to first token, p50 inter-token latency, acceptance.
+Writes DIR/runs.json, DIR/table.md and DIR/concurrency.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import platform
+import socket
+import statistics
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import ggspec
+from bench.compare_decode import model_paths
+from bench.peer.peer import ensure_built, tool
+from bench.spec_prompts import DOCUMENT, SUITES
+
+SUITE_NAMES = ("document", "code", "prose")
+CONFIGS = ("plain", "ngram")
+LLAMA_NGRAM = "ngram-simple"  # llama-server's --spec-type for the n-gram config
+MIN_TOKENS, MAX_TOKENS = 128, 256
+
+
+def prompt_ids(model: ggspec.Model) -> list[list[int]]:
+    """Each suite prompt's ids, 128-256 of them: long ones cut, short ones led by the document."""
+    chat = model.has_chat_template
+    encode = model.encode_chat if chat else model.encode_prompt
+    out = []
+    for name in SUITE_NAMES:
+        for p in SUITES[name].prompts:
+            text = p.chat if chat else p.raw
+            ids = encode(text)
+            if len(ids) < MIN_TOKENS:
+                ids = encode(DOCUMENT + "\n\n" + text)
+            out.append(ids[:MAX_TOKENS])
+    return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def _level_stats(runs: list[dict], wall: float) -> dict:
+    ttft = [r["ttft"] for r in runs]
+    itl = [gap for r in runs for gap in r["gaps"]]
+    drafted = sum(r.get("draft_n", 0) for r in runs)
+    return {"tokens_per_second": sum(r["tokens"] for r in runs) / wall, "ttft_p50": _percentile(ttft, 0.5),
+            "ttft_p95": _percentile(ttft, 0.95), "itl_p50": _percentile(itl, 0.5),
+            "acceptance": sum(r.get("draft_n_accepted", 0) for r in runs) / drafted if drafted else None,
+            "requests": len(runs)}
+
+
+def _closed_loop(n_clients: int, work: list[list[int]], send) -> tuple[list[dict], float]:
+    """n_clients threads, each sending its share of `work` one after the other."""
+    runs: list[dict] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        for ids in work[i::n_clients]:
+            r = send(ids)
+            with lock:
+                runs.append(r)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return runs, time.perf_counter() - t0
+
+
+def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list[int]], n_predict: int) -> dict:
+    with ggspec.Engine(model, slots=n) as engine:
+        def send(ids: list[int]) -> dict:
+            stamps: list[float] = []
+            t0 = time.perf_counter()
+            result = engine.submit(ids, max_tokens=n_predict, temperature=0, ignore_eos=True,
+                                   spec="ngram" if config == "ngram" else False,
+                                   on_token=lambda _t: stamps.append(time.perf_counter())).result
+            return {"tokens": len(result.tokens), "ttft": stamps[0] - t0,
+                    "gaps": [b - a for a, b in zip(stamps, stamps[1:])], "draft_n": result.stats["draft_n"],
+                    "draft_n_accepted": result.stats["draft_n_accepted"], "output": result.tokens}
+
+        send(work[0][:16])  # builds the first graphs
+        runs, wall = _closed_loop(n, work, send)
+    return {**_level_stats(runs, wall), "outputs": [r["output"] for r in runs]}
+
+
+class LlamaServer:
+    def __init__(self, path: str, n: int, ctx_per_slot: int, threads: int, config: str, flavor: str):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        cmd = [str(tool("llama-server", flavor)), "-m", path, "--host", "127.0.0.1", "--port", str(self.port),
+               "-np", str(n), "-c", str(n * ctx_per_slot), "-t", str(threads), "-tb", str(threads), "-cb",
+               "--no-webui", "-fit", "off"]
+        if config == "ngram":
+            cmd += ["--spec-type", LLAMA_NGRAM]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited: {self.proc.stderr.read()[-2000:]}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.close()
+        raise RuntimeError("llama-server did not become healthy within 120 s")
+
+    def send(self, ids: list[int], n_predict: int) -> dict:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
+        body = json.dumps({"prompt": ids, "n_predict": n_predict, "temperature": 0, "ignore_eos": True,
+                           "stream": True, "cache_prompt": False, "return_tokens": True})
+        t0 = time.perf_counter()
+        conn.request("POST", "/completion", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        stamps, tokens, timings = [], [], {}
+        for line in response:
+            if not line.startswith(b"data: "):
+                continue
+            event = json.loads(line[6:])
+            new = event.get("tokens") or []
+            stamps.extend([time.perf_counter()] * len(new))
+            tokens.extend(new)
+            timings = event.get("timings", timings)
+        conn.close()
+        return {"tokens": len(tokens), "ttft": stamps[0] - t0, "gaps": [b - a for a, b in zip(stamps, stamps[1:])],
+                "draft_n": timings.get("draft_n", 0), "draft_n_accepted": timings.get("draft_n_accepted", 0),
+                "output": tokens}
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def llama_level(path: str, config: str, n: int, work: list[list[int]], n_predict: int, ctx: int, threads: int,
+                flavor: str) -> dict:
+    server = LlamaServer(path, n, ctx, threads, config, flavor)
+    try:
+        server.send(work[0][:16], 4)
+        runs, wall = _closed_loop(n, work, lambda ids: server.send(ids, n_predict))
+    finally:
+        server.close()
+    return {**_level_stats(runs, wall), "outputs": [r["output"] for r in runs]}
+
+
+def markdown(meta: dict, summary: list[dict]) -> str:
+    lines = [f"# Concurrency: ggspec Engine(slots=N) against llama-server -np N",
+             "", f"{meta['host']}, {meta['threads']} threads, {meta['n_predict']} tokens a request, "
+             f"{meta['requests']} requests a client, medians of {meta['rounds']} rounds.", "",
+             "| model | config | N | ggspec tok/s | llama-server tok/s | ratio | ggspec TTFT p50/p95 ms | "
+             "llama TTFT p50/p95 ms | ggspec ITL p50 ms | llama ITL p50 ms | acceptance ggspec / llama |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for s in summary:
+        g, l_ = s["ggspec"], s["llama"]
+        acc = " / ".join("–" if a is None else f"{a:.2f}" for a in (g["acceptance"], l_["acceptance"]))
+        lines.append(f"| {s['model']} | {s['config']} | {s['n']} | {g['tokens_per_second']:.1f} | "
+                     f"{l_['tokens_per_second']:.1f} | {g['tokens_per_second'] / l_['tokens_per_second']:.3f} | "
+                     f"{g['ttft_p50'] * 1e3:.0f} / {g['ttft_p95'] * 1e3:.0f} | "
+                     f"{l_['ttft_p50'] * 1e3:.0f} / {l_['ttft_p95'] * 1e3:.0f} | {g['itl_p50'] * 1e3:.1f} | "
+                     f"{l_['itl_p50'] * 1e3:.1f} | {acc} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    keys = sorted({(s["model"], s["config"]) for s in summary})
+    fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.5), squeeze=False)
+    for ax, (model, config) in zip(axes[0], keys):
+        rows = sorted((s for s in summary if (s["model"], s["config"]) == (model, config)), key=lambda s: s["n"])
+        ns = [s["n"] for s in rows]
+        for engine, label in (("ggspec", "ggspec Engine"), ("llama", "llama-server")):
+            ax.plot(ns, [s[engine]["tokens_per_second"] for s in rows], marker="o", label=label)
+        ax.set_title(f"{model}, {config}", fontsize=9)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel("aggregate tokens/s")
+        ax.set_xticks(ns)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _median_stats(levels: list[dict]) -> dict:
+    out = {}
+    for key in ("tokens_per_second", "ttft_p50", "ttft_p95", "itl_p50", "acceptance"):
+        values = [lv[key] for lv in levels if lv[key] is not None]
+        out[key] = statistics.median(values) if values else None
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", default=["gemma3-270m-q4_k_m", "smollm2-135m-q4_1"])
+    ap.add_argument("--levels", nargs="+", type=int, default=[1, 2, 4, 8])
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--requests", type=int, default=2, help="requests each client sends")
+    ap.add_argument("--n", type=int, default=64, help="tokens each request generates")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")
+    ap.add_argument("--flavor", default="usual", help="the llama.cpp peer build")
+    ap.add_argument("--out", type=Path, default=Path("bench-out/concurrency"))
+    args = ap.parse_args()
+    ensure_built(args.flavor)
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"host": platform.processor() or platform.machine(), "threads": args.threads, "n_predict": args.n,
+            "requests": args.requests, "rounds": args.rounds, "flavor": args.flavor}
+    paths = model_paths()
+    runs, summary = [], []
+    for name in args.models:
+        path = str(paths[name])
+        model = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads)
+        prompts = prompt_ids(model)
+        for config in args.configs:
+            for n in args.levels:
+                work = [prompts[i % len(prompts)] for i in range(n * args.requests)]
+                levels = {"ggspec": [], "llama": []}
+                for round_ in range(args.rounds):
+                    order = ("ggspec", "llama") if round_ % 2 == 0 else ("llama", "ggspec")
+                    for engine in order:
+                        if engine == "ggspec":
+                            lv = ggspec_level(model, config, n, work, args.n)
+                        else:
+                            lv = llama_level(path, config, n, work, args.n, args.ctx, args.threads, args.flavor)
+                        levels[engine].append(lv)
+                        runs.append({"model": name, "config": config, "n": n, "engine": engine, "round": round_,
+                                     **{k: v for k, v in lv.items() if k != "outputs"}})
+                        print(f"{name} {config} N={n} {engine}: {lv['tokens_per_second']:.1f} tok/s", flush=True)
+                same = sum(a == b for a, b in zip(sorted(levels["ggspec"][0]["outputs"]),
+                                                  sorted(levels["llama"][0]["outputs"])))
+                summary.append({"model": name, "config": config, "n": n, "same_outputs": same,
+                                "ggspec": _median_stats(levels["ggspec"]), "llama": _median_stats(levels["llama"])})
+                (args.out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary},
+                                                               indent=1))
+    (args.out / "table.md").write_text(markdown(meta, summary))
+    plot(summary, args.out / "concurrency.png")
+    print(markdown(meta, summary))
+
+
+if __name__ == "__main__":
+    main()

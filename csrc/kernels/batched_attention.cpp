@@ -1,0 +1,179 @@
+#include "kernels/batched_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "ggml-cpu.h"
+#include "kernels/dot_rows.h"
+#include "kernels/half_dot_rows.h"
+#include "kernels/mask_span.h"
+#include "kernels/masked_soft_max.h"
+#include "kernels/op_probe.h"
+
+namespace ggspec {
+namespace {
+
+#if GGSPEC_X86_KERNEL
+constexpr int64_t kStep = 32;  // the F16 dot's step, and a whole number of softmax blocks
+
+struct Params {
+    float scale;
+    RowKernels path;
+};
+
+const char * at(const ggml_tensor * t, int64_t i1, int64_t i2) {
+    return (const char *) t->data + i1 * t->nb[1] + i2 * t->nb[2];
+}
+
+// Rows [r0, r0 + n_rows) of one sequence, for one head: the keys their masks
+// leave within their region, widened to whole steps; q·K over them (the K·q
+// kernel), the softmax of each row, and the values' dots with the
+// probabilities (the V·p kernel), each as the unfused chain runs it.
+void attend_rows(ggml_tensor * dst, int64_t r0, int64_t n_rows, int64_t h, Span region, const Params & par) {
+    const ggml_tensor * q = dst->src[0];
+    const ggml_tensor * k = dst->src[1];
+    const ggml_tensor * v = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    const int64_t hd = q->ne[0], n_kv = mask->ne[0], mask_stride = (int64_t) (mask->nb[1] / sizeof(float));
+    const int64_t kv_head = h / (q->ne[1] / k->ne[2]);
+    const auto mask_row = [&](int64_t r) { return (const float *) ((const char *) mask->data + r * mask->nb[1]); };
+
+    Span keys{INT64_MAX, INT64_MIN};
+    for (int64_t r = r0; r < r0 + n_rows; ++r) {
+        const Span s = unmasked(mask_row(r) + region.lo, region.hi - region.lo);
+        if (s.lo < s.hi) keys = {std::min(keys.lo, region.lo + s.lo), std::max(keys.hi, region.lo + s.hi)};
+    }
+    if (keys.lo >= keys.hi) keys = {0, n_kv};  // rows with no key: ggml's NaNs, from whole rows
+    const int64_t lo = keys.lo / kStep * kStep, hi = std::min(n_kv, (keys.hi + kStep - 1) / kStep * kStep);
+    const int64_t n = hi - lo;
+
+    std::vector<float> & kq = thread_buffer<float, 2>();
+    std::vector<float> & p = thread_buffer<float, 3>();
+    kq.resize((size_t) (n_rows * n));
+    p.resize((size_t) (n_rows * n));
+    const bool avx512 = par.path == RowKernels::vnni;
+    const DotRowsJob scores{GGML_TYPE_F16, at(k, lo, kv_head), k->nb[1], (const uint8_t *) at(q, h, r0), q->nb[2],
+                            GGML_TYPE_F16, hd, n_rows, kq.data(), n, mask_row(r0) + lo, mask_stride};
+    half_dot_rows(scores, 0, n, avx512);
+    for (int64_t a = 0; a < n_rows; ++a) {
+        soft_max_row(kq.data() + a * n, mask_row(r0 + a) + lo, p.data() + a * n, n, par.scale);
+    }
+    const DotRowsJob values{GGML_TYPE_F16, (const ggml_fp16_t *) at(v, 0, kv_head) + lo, v->nb[1],
+                            (const uint8_t *) p.data(), n * sizeof(float), GGML_TYPE_F16, n, n_rows,
+                            (float *) ((char *) dst->data + r0 * dst->nb[1]) + h * hd,
+                            (int64_t) (dst->nb[1] / sizeof(float))};
+    half_dot_rows(values, 0, hd, avx512);
+}
+
+// Work units of (a sequence's rows, up to kActChunk of them; a head), dealt
+// out one at a time: sequences see different numbers of keys. regions: each
+// row's region of the view [lo, hi), rows of one sequence adjacent.
+void batched_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const Params & par = *(const Params *) userdata;
+    const ggml_tensor * q = dst->src[0];
+    const auto * regions = (const int32_t *) dst->src[4]->data;
+    const int64_t n_head = q->ne[1], n = q->ne[2];
+    int64_t unit = 0;
+    for (int64_t r0 = 0; r0 < n;) {
+        const Span region{regions[2 * r0], regions[2 * r0 + 1]};
+        int64_t end = r0 + 1;
+        while (end < n && end - r0 < kActChunk && regions[2 * end] == region.lo) ++end;
+        for (int64_t h = 0; h < n_head; ++h, ++unit) {
+            if (unit % nth == ith) attend_rows(dst, r0, end - r0, h, region, par);
+        }
+        r0 = end;
+    }
+}
+
+bool fits(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v, const ggml_tensor * mask,
+          const ggml_tensor * regions) {
+    const int64_t hd = q->ne[0], n_kv = k->ne[1];
+    return q->type == GGML_TYPE_F32 && q->nb[0] == sizeof(float) && q->ne[3] == 1 && k->type == GGML_TYPE_F16 &&
+           v->type == GGML_TYPE_F16 && k->nb[0] == 2 && v->nb[0] == 2 && k->ne[0] == hd && v->ne[1] == hd &&
+           v->ne[0] == n_kv && k->ne[2] == v->ne[2] && q->ne[1] % k->ne[2] == 0 && n_kv % kStep == 0 &&
+           attention_mask_fits(mask, n_kv, q->ne[2]) && regions && regions->type == GGML_TYPE_I32 &&
+           ggml_is_contiguous(regions) && ggml_nelements(regions) == 2 * q->ne[2];
+}
+
+ggml_tensor * custom_op(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                        ggml_tensor * regions, const Params & par) {
+    ggml_tensor * args[5] = {q, k, v, mask, regions};
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0] * q->ne[1], q->ne[2], 1, 1, args, 5, batched_attention_op,
+                          GGML_N_TASKS_MAX, (void *) interned(par));
+}
+
+// The unfused chain as a one-sequence forward builds it on the kernel paths.
+ggml_tensor * chain(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
+                    float scale, RowKernels path) {
+    ggml_tensor * kq = row_mul_mat(ctx, k, ggml_permute(ctx, q, 0, 2, 1, 3), path, mask);
+    kq = masked_soft_max(ctx, kq, mask, scale, path);
+    ggml_tensor * kqv = row_mul_mat(ctx, v, kq, path);
+    return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), q->ne[0] * q->ne[1], q->ne[2]);
+}
+
+// A batch of three sequences' rows over regions of 64 keys (a verify, a decode
+// step, a sliding-window row, and a row whose region starts past the others),
+// with two query heads per KV head, against the chain: any differing bit
+// disables the op.
+bool probe() {
+    const int64_t hd = 64, n_head = 4, n_head_kv = 2, n_kv = 256, n = 7;
+    ggml_init_params params{64 << 20, nullptr, false};
+    ggml_context * ctx = ggml_init(params);
+    if (!ctx) return false;
+    ggml_tensor * q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hd, n_head, n);
+    ggml_tensor * kc = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, hd * n_head_kv, n_kv);
+    ggml_tensor * vc = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, hd * n_head_kv);
+    ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_kv, n);
+    ggml_tensor * regions = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 2 * n);
+    std::mt19937 rng(20261202);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (int64_t i = 0; i < ggml_nelements(q); ++i) ((float *) q->data)[i] = normal(rng);
+    for (ggml_tensor * c : {kc, vc}) {
+        for (int64_t i = 0; i < ggml_nelements(c); ++i) ((ggml_fp16_t *) c->data)[i] = ggml_fp32_to_fp16(normal(rng));
+    }
+    // row -> (region start, first and last key seen)
+    const int64_t seen[n][3] = {{0, 0, 40}, {0, 0, 41}, {0, 0, 42}, {64, 64, 64 + 9}, {128, 128 + 20, 128 + 27},
+                                {192, 192, 192 + 63}, {192, 192 + 3, 192 + 50}};
+    for (int64_t r = 0; r < n; ++r) {
+        float * row = (float *) mask->data + r * n_kv;
+        for (int64_t j = 0; j < n_kv; ++j) row[j] = j >= seen[r][1] && j <= seen[r][2] ? 0.0f : -INFINITY;
+        ((int32_t *) regions->data)[2 * r] = (int32_t) seen[r][0];
+        ((int32_t *) regions->data)[2 * r + 1] = (int32_t) seen[r][0] + 64;
+    }
+    ggml_tensor * k = ggml_permute(ctx, ggml_view_3d(ctx, kc, hd, n_head_kv, n_kv, hd * 2, kc->nb[1], 0), 0, 2, 1, 3);
+    ggml_tensor * v = ggml_view_3d(ctx, vc, n_kv, hd, n_head_kv, vc->nb[1], vc->nb[1] * hd, 0);
+    Params par{0.125f, RowKernels::avx2};
+    const bool same = op_matches_ggml(ctx, chain(ctx, q, k, v, mask, par.scale, par.path), {q, k, v, mask, regions},
+                                      batched_attention_op, &par);
+    ggml_free(ctx);
+    return same;
+}
+#endif
+
+}  // namespace
+
+bool batched_attention_usable() {
+#if GGSPEC_X86_KERNEL
+    static const bool same = row_kernels_cpu(RowKernels::avx2) && masked_soft_max_usable() &&
+                             row_kernel_usable(GGML_TYPE_F16, RowKernels::avx2) &&
+                             op_probe_passes(probe, "the batched attention differs from the unfused chain; using it");
+    return same;
+#else
+    return false;
+#endif
+}
+
+ggml_tensor * batched_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                                ggml_tensor * mask, ggml_tensor * regions, float scale, RowKernels path) {
+#if GGSPEC_X86_KERNEL
+    if (path != RowKernels::off && fits(q, k, v, mask, regions) && batched_attention_usable()) {
+        return custom_op(ctx, q, k, v, mask, regions, Params{scale, path});
+    }
+#endif
+    (void) ctx, (void) q, (void) k, (void) v, (void) mask, (void) regions, (void) scale, (void) path;
+    return nullptr;
+}
+
+}  // namespace ggspec

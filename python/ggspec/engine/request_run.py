@@ -1,0 +1,99 @@
+"""One request's bookkeeping on the worker, whoever drives its steps: the
+tokens each step emits become text pieces, callbacks and a stop reason, and at
+the end a Generation with its stats."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.stream import Generation, Request
+from ggspec.text import StreamDecoder
+
+
+class RequestRun:
+    def __init__(self, tokenizer, request: Request, execution: SpeculativeExecution, reused: int = 0):
+        self.tokenizer = tokenizer
+        self.request = request
+        self.execution = execution
+        self.reused = reused
+        self.decoder = StreamDecoder(tokenizer)
+        self.pieces: list[str] = []
+        self.emitted: list[int] = []  # everything the runtime produced, past an end-of-generation token too
+        self.stop: str | None = None
+        self.max_batch_slots = 1      # the most sequences that shared one forward with this one
+        self.clock = _Clock()
+
+    def start(self) -> None:
+        self.clock.start()
+
+    def take(self, step: list[int]) -> None:
+        """A step's emitted tokens: streamed until an end-of-generation token stops the run."""
+        request = self.request
+        self.emitted.extend(step)
+        for token in step:
+            self.clock.tick(first=self.clock.t_prompt is None)
+            if request.on_token is not None:
+                request.on_token(token)
+            if token in self.tokenizer.eog_ids and not request.ignore_eos:
+                self.stop = "eos"
+                return
+            request.tokens.append(token)
+            piece = self.decoder.push(token)
+            if piece:
+                self.pieces.append(piece)
+                request.put(piece)
+
+    def end(self, stop: str) -> None:
+        """No more steps: the budget ("length"), the context's end or a cancel."""
+        if self.stop is None:
+            self.stop = stop
+
+    def finish(self) -> Generation:
+        """The Generation, after the last step; runs the request's on_finish."""
+        request = self.request
+        tail = self.decoder.flush()
+        if tail:
+            self.pieces.append(tail)
+            request.put(tail)
+        tokens = request.tokens
+        stats = self.clock.stats(len(request.prompt_ids), len(tokens), request.sampler.config.seed, self.stop)
+        stats["reused_prompt_tokens"] = self.reused
+        stats["max_batch_slots"] = self.max_batch_slots
+        stats.update(self.execution.stats.as_dict())
+        result = Generation("".join(self.pieces), list(tokens), list(request.prompt_ids), stats)
+        if request.on_finish is not None:
+            request.on_finish(result)
+        return result
+
+
+class _Clock:
+    def __init__(self):
+        self.t_start = self.t_prompt = self.t_last = None
+
+    def start(self) -> None:
+        self.t_start = time.perf_counter()
+
+    def tick(self, first: bool) -> None:
+        self.t_last = time.perf_counter()
+        if first:
+            self.t_prompt = self.t_last
+
+    def stats(self, n_prompt: int, n_gen: int, seed: int, stop: str) -> dict[str, Any]:
+        prompt_s = (self.t_prompt - self.t_start) if self.t_prompt else 0.0
+        gen_s = (self.t_last - self.t_prompt) if self.t_prompt else 0.0
+        # The first token comes with the prompt's forward; generation speed counts the rest.
+        return {
+            "prompt_tokens": n_prompt,
+            "gen_tokens": n_gen,
+            "prompt_seconds": prompt_s,
+            "gen_seconds": gen_s,
+            "prompt_tokens_per_second": n_prompt / prompt_s if prompt_s > 0 else 0.0,
+            "gen_tokens_per_second": (n_gen - 1) / gen_s if gen_s > 0 and n_gen > 1 else 0.0,
+            "seed": seed,
+            "stop": stop,
+        }
+
+
+__all__ = ["RequestRun"]
