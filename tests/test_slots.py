@@ -39,7 +39,7 @@ step = st.tuples(st.dictionaries(st.integers(0, N_SEQS - 1), item, min_size=1),
                  st.none() | st.tuples(st.integers(0, N_SEQS - 1), st.integers(0, 20)))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(step, min_size=1, max_size=12))
 def test_batched_rows_have_each_sequences_solo_bits(targets, steps):
     batched, alone = targets
@@ -148,7 +148,7 @@ def _tokens(prompt: list[int], repeat: int = 3) -> list[int]:
     return (prompt * repeat)[:max(1, len(prompt) * repeat // 2)]  # repeats give n-gram drafts something to find
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(request, min_size=1, max_size=6))
 def test_each_slot_gets_its_solo_tokens(engines, requests):
     engine, solo = engines

@@ -146,9 +146,10 @@ def _work_batched(jobs: queue.SimpleQueue, model, n_slots: int) -> None:
             scheduler.submit(job)
 
     while not stopping or scheduler.busy:
-        if not scheduler.busy:
-            handle(jobs.get())  # idle: wait for work
-        with model.lease:
+        first = None if scheduler.busy else jobs.get()  # idle: wait for work
+        with model.lease:  # a call runs under it too, as on a one-slot engine
+            if first is not None:
+                handle(first)
             _drain(jobs, handle)
             if scheduler.busy:
                 scheduler.claim()
