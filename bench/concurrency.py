@@ -116,7 +116,7 @@ class LlamaServer:
             self.port = s.getsockname()[1]
         cmd = [str(tool("llama-server", flavor)), "-m", path, "--host", "127.0.0.1", "--port", str(self.port),
                "-np", str(n), "-c", str(n * ctx_per_slot), "-t", str(threads), "-tb", str(threads), "-cb",
-               "--no-webui", "-fit", "off"]
+               "--no-webui", "-fit", "off", "--metrics"]
         if config == "ngram":
             cmd += ["--spec-type", LLAMA_NGRAM]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -156,6 +156,20 @@ class LlamaServer:
                 "draft_n": timings.get("draft_n", 0), "draft_n_accepted": timings.get("draft_n_accepted", 0),
                 "output": tokens}
 
+    def draft_counts(self) -> tuple[float, float]:
+        """(draft tokens, accepted ones) so far, from /metrics: the stream's timings carry
+        them only for some requests."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        counts = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            counts[name.split(":")[-1]] = value
+        return (float(counts.get("spec_decode_num_draft_tokens_total", 0)),
+                float(counts.get("spec_decode_num_accepted_tokens_total", 0)))
+
     def close(self) -> None:
         self.proc.terminate()
         try:
@@ -169,19 +183,26 @@ def llama_level(path: str, config: str, n: int, work: list[list[int]], n_predict
     server = LlamaServer(path, n, ctx, threads, config, flavor)
     try:
         server.send(work[0][:16], 4)
+        drafted0, accepted0 = server.draft_counts()
         runs, wall = _closed_loop(n, work, lambda ids: server.send(ids, n_predict))
+        drafted, accepted = server.draft_counts()
     finally:
         server.close()
-    return {**_level_stats(runs, wall), "outputs": [r["output"] for r in runs]}
+    stats = _level_stats(runs, wall)
+    if drafted > drafted0:
+        stats["acceptance"] = (accepted - accepted0) / (drafted - drafted0)
+    return {**stats, "outputs": [r["output"] for r in runs]}
 
 
 def markdown(meta: dict, summary: list[dict]) -> str:
     lines = [f"# Concurrency: ggspec Engine(slots=N) against llama-server -np N",
              "", f"{meta['host']}, {meta['threads']} threads, {meta['n_predict']} tokens a request, "
-             f"{meta['requests']} requests a client, medians of {meta['rounds']} rounds.", "",
+             f"{meta['requests']} requests a client, medians of {meta['rounds']} rounds. Same outputs: requests "
+             "whose tokens match llama-server's (first round; greedy text can differ on ties and numerics).", "",
              "| model | config | N | ggspec tok/s | llama-server tok/s | ratio | ggspec TTFT p50/p95 ms | "
-             "llama TTFT p50/p95 ms | ggspec ITL p50 ms | llama ITL p50 ms | acceptance ggspec / llama |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "llama TTFT p50/p95 ms | ggspec ITL p50 ms | llama ITL p50 ms | acceptance ggspec / llama | "
+             "same outputs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         g, l_ = s["ggspec"], s["llama"]
         acc = " / ".join("–" if a is None else f"{a:.2f}" for a in (g["acceptance"], l_["acceptance"]))
@@ -189,7 +210,7 @@ def markdown(meta: dict, summary: list[dict]) -> str:
                      f"{l_['tokens_per_second']:.1f} | {g['tokens_per_second'] / l_['tokens_per_second']:.3f} | "
                      f"{g['ttft_p50'] * 1e3:.0f} / {g['ttft_p95'] * 1e3:.0f} | "
                      f"{l_['ttft_p50'] * 1e3:.0f} / {l_['ttft_p95'] * 1e3:.0f} | {g['itl_p50'] * 1e3:.1f} | "
-                     f"{l_['itl_p50'] * 1e3:.1f} | {acc} |")
+                     f"{l_['itl_p50'] * 1e3:.1f} | {acc} | {s['same_outputs']}/{s['requests']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -265,7 +286,7 @@ def main() -> None:
                         print(f"{name} {config} N={n} {engine}: {lv['tokens_per_second']:.1f} tok/s", flush=True)
                 same = sum(a == b for a, b in zip(sorted(levels["ggspec"][0]["outputs"]),
                                                   sorted(levels["llama"][0]["outputs"])))
-                summary.append({"model": name, "config": config, "n": n, "same_outputs": same,
+                summary.append({"model": name, "config": config, "n": n, "same_outputs": same, "requests": len(work),
                                 "ggspec": _median_stats(levels["ggspec"]), "llama": _median_stats(levels["llama"])})
                 (args.out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary},
                                                                indent=1))

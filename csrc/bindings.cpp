@@ -101,7 +101,8 @@ py::tuple target_forward_batch(Target & t, const std::vector<std::tuple<int64_t,
 
 // (top-k logits [top_k], top-k ids [top_k], output hidden row [n_embd]) for the last
 // row; top_k 0 asks for nothing (a catch-up) and returns Nones.
-py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & hidden, int64_t start, int top_k) {
+py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & hidden, int64_t start, int top_k,
+                       int64_t seq) {
     DraftHead * head = t.draft_head();
     if (!head) throw std::invalid_argument("this model carries no draft head");
     const int64_t n_embd = head->hparams().n_embd;
@@ -114,7 +115,7 @@ py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & 
     if (top_k == 0) {
         {
             py::gil_scoped_release release;
-            head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, 0, out);
+            head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, 0, out, seq);
         }
         return py::make_tuple(py::none(), py::none(), py::none());
     }
@@ -126,7 +127,7 @@ py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & 
     out.hidden = out_hidden.mutable_data();
     {
         py::gil_scoped_release release;
-        head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, top_k, out);
+        head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, top_k, out, seq);
     }
     return py::make_tuple(values, ids, out_hidden);
 }
@@ -136,23 +137,23 @@ BlockDrafter & drafter_of(Target & t) {
     return *t.block_drafter();
 }
 
-void drafter_inject(Target & t, const FloatRows & features, int64_t start) {
+void drafter_inject(Target & t, const FloatRows & features, int64_t start, int64_t seq) {
     BlockDrafter & d = drafter_of(t);
     const int64_t width = (int64_t) d.params().target_layers.size() * t.hparams().n_embd;
     if (features.ndim() != 2 || features.shape(1) != width) {
         throw std::invalid_argument("the drafter takes [n, " + std::to_string(width) + "] rows of target features");
     }
     py::gil_scoped_release release;
-    d.inject(features.data(), features.shape(0), start);
+    d.inject(features.data(), features.shape(0), start, seq);
 }
 
 // (values [rows, k], ids [rows, k], pairs [rows - 1, k, k] or None) of the block's MASK rows.
-py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_block, int top_k) {
+py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq) {
     BlockDrafter & d = drafter_of(t);
     BlockDraft out;
     {
         py::gil_scoped_release release;
-        out = d.draft(anchor, pos0, n_block, top_k);
+        out = d.draft(anchor, pos0, n_block, top_k, seq);
     }
     auto values = py::array_t<float>({out.rows, out.k}, out.values.data());
     auto ids = py::array_t<int32_t>({out.rows, out.k}, out.ids.data());
@@ -258,6 +259,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("max_batch_rows", &Target::max_batch_rows)
         .def("seq_len_of", &Target::seq_len, py::arg("seq"))
         .def("head_forward", &head_forward, py::arg("tokens"), py::arg("hidden"), py::arg("start"), py::arg("top_k"),
+             py::arg("seq") = 0,
              "Draft-head rows at positions start..; returns (top-k logits, top-k ids, output hidden) of the last row.")
         .def_property_readonly("has_draft_head", [](Target & t) { return t.draft_head() != nullptr; })
         .def_property_readonly("head_graph_calls",
@@ -265,8 +267,9 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("head_seq_len", [](Target & t) { return t.draft_head() ? t.draft_head()->seq_len() : 0; })
         .def("attach_drafter", &Target::attach_drafter, py::arg("path"), py::arg("use_conv") = true,
              py::arg("use_selector") = true, py::arg("fused") = true, py::call_guard<py::gil_scoped_release>())
-        .def("drafter_inject", &drafter_inject, py::arg("features"), py::arg("start"))
-        .def("drafter_draft", &drafter_draft, py::arg("anchor"), py::arg("pos0"), py::arg("n_block"), py::arg("top_k"))
+        .def("drafter_inject", &drafter_inject, py::arg("features"), py::arg("start"), py::arg("seq") = 0)
+        .def("drafter_draft", &drafter_draft, py::arg("anchor"), py::arg("pos0"), py::arg("n_block"), py::arg("top_k"),
+             py::arg("seq") = 0)
         .def_property_readonly("has_block_drafter", [](Target & t) { return t.block_drafter() != nullptr; })
         .def_property_readonly("drafter_path", [](Target & t) { return drafter_of(t).path(); })
         .def_property_readonly("drafter_target_layers", [](Target & t) { return drafter_of(t).params().target_layers; })
@@ -279,14 +282,17 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("drafter_readback_bytes", [](Target & t) { return drafter_of(t).readback_bytes(); })
         .def_property_readonly("drafter_is_lattice", [](Target & t) { return drafter_of(t).params().selects(); })
         .def("set_recurrent_rollback", &Target::set_recurrent_rollback, py::arg("name"))
-        .def("snapshot_recurrent", &Target::snapshot_recurrent)
-        .def("restore_recurrent", &Target::restore_recurrent)
-        .def("read_recurrent_state", &Target::read_recurrent_state,
+        .def("snapshot_recurrent", &Target::snapshot_recurrent, py::arg("seq") = 0)
+        .def("restore_recurrent", &Target::restore_recurrent, py::arg("seq") = 0)
+        .def("read_recurrent_state", &Target::read_recurrent_state, py::arg("seq") = 0,
              "Each recurrent layer's conv state, then its delta-rule state, as flat float32 lists (for tests).")
         .def_property_readonly("verify_persists_accepted_kv", &Target::verify_persists_accepted_kv)
         .def_property_readonly("max_verify_rows", &Target::max_verify_rows)
         .def_property_readonly("recurrent_state_bytes", &Target::recurrent_state_bytes)
-        .def_property_readonly("state_transfer_bytes", &Target::state_transfer_bytes)
+        .def_property_readonly("state_row_bytes", &Target::state_row_bytes)
+        .def_property_readonly("state_transfer_bytes", py::overload_cast<>(&Target::state_transfer_bytes, py::const_))
+        .def("state_transfer_bytes_of", py::overload_cast<int64_t>(&Target::state_transfer_bytes, py::const_),
+             py::arg("seq"))
         .def_property_readonly("state_commits", &Target::state_commits)
         .def("ensure_capacity", &Target::ensure_capacity, py::arg("n"))
         .def_property_readonly("seq_len", [](const Target & t) { return t.seq_len(); })

@@ -13,7 +13,7 @@ namespace ggspec {
 BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggml_backend_t backend,
                            const Hparams & target, const ModelWeights & target_w, const DrafterOptions & opt,
                            bool use_conv, bool use_selector, bool fused)
-    : max_rows_(opt.max_rows) {
+    : dev_(dev), backend_(backend), opt_(opt), fused_(fused) {
     file_ = std::make_unique<ModelFile>(path);
     const std::string arch = file_->has_key("general.architecture") ? file_->get_str("general.architecture") : "";
     if (arch != "dflash") {
@@ -26,18 +26,33 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
     bind_to(target, target_w);
     file_->bind(dev);
     if (dw_.d2t && d_.dflash2()) reduce_codebooks(dev);
-    kv_ = std::make_unique<KvCache>(dev, hp_, opt.n_ctx, opt.max_rows, opt.kv_type);
+    set_n_seqs(opt.n_seqs);
+}
+
+void BlockDrafter::set_n_seqs(int64_t n) {
+    inject_.reset();  // their graphs hold views of the old cache: freed first
+    block_.reset();
+    kv_.reset();
+    opt_.n_seqs = n;
+    kv_ = std::make_unique<KvCache>(dev_, hp_, opt_.n_ctx, opt_.max_rows, opt_.kv_type, n);
     inject_ = std::make_unique<GraphRunner>(
-        backend,
+        backend_,
         ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_inject(g, dw_); },
                   /*hidden_width=*/(int64_t) d_.target_layers.size() * hp_.n_embd, /*causal=*/true,
-                  /*per_op=*/!fused},
-        opt.row_kernels, opt.graph_budget_bytes);
+                  /*per_op=*/!fused_},
+        opt_.row_kernels, opt_.graph_budget_bytes);
     block_ = std::make_unique<GraphRunner>(
-        backend,
+        backend_,
         ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_block(g, d_, dw_); },
-                  /*hidden_width=*/0, /*causal=*/d_.causal, /*per_op=*/!fused},
-        opt.row_kernels, opt.graph_budget_bytes);
+                  /*hidden_width=*/0, /*causal=*/d_.causal, /*per_op=*/!fused_},
+        opt_.row_kernels, opt_.graph_budget_bytes);
+}
+
+void BlockDrafter::check_seq(int64_t seq) const {
+    if (seq < 0 || seq >= kv_->n_seqs()) {
+        throw std::invalid_argument("drafter sequence " + std::to_string(seq) + " is not one of the target's " +
+                                    std::to_string(kv_->n_seqs()));
+    }
 }
 
 void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w) {
@@ -132,11 +147,11 @@ void BlockDrafter::reduce_codebooks(ggml_backend_dev_t dev) {
     dw_.candidate_successor = out[1];
 }
 
-void BlockDrafter::seek(int64_t position) {
-    if (position < kv_->seq_len()) {
-        kv_->rewind(position);
+void BlockDrafter::seek(int64_t position, int64_t seq) {
+    if (position < kv_->seq_len(seq)) {
+        kv_->rewind(position, seq);
     } else {
-        kv_->skip(position - kv_->seq_len());
+        kv_->skip(position - kv_->seq_len(seq), seq);
     }
 }
 
@@ -148,14 +163,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-void BlockDrafter::inject(const float * features, int64_t n, int64_t start) {
+void BlockDrafter::inject(const float * features, int64_t n, int64_t start, int64_t seq) {
+    check_seq(seq);
     const auto t0 = std::chrono::steady_clock::now();
     if (n <= 0 || start < 0 || start + n > kv_->n_ctx()) {
         throw std::invalid_argument("drafter rows [" + std::to_string(start) + ", " + std::to_string(start + n) +
                                     ") do not fit its context of " + std::to_string(kv_->n_ctx()));
     }
-    seek(start);
-    inject_->run(n, max_rows_, nullptr, features, nullptr, nullptr);  // the pass reads no token ids
+    seek(start, seq);
+    inject_->run(n, opt_.max_rows, nullptr, features, nullptr, nullptr, seq);  // the pass reads no token ids
     inject_seconds_ += seconds_since(t0);
 }
 
@@ -190,9 +206,10 @@ void BlockDrafter::read_top_k(const CachedGraph & g, const GraphKey & key, int64
     out.values.assign(values.begin() + top_k, values.end());
 }
 
-BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k) {
-    if (n_block < 2 || n_block > d_.block_size || n_block > max_rows_) {
-        throw std::invalid_argument("a draft block holds 2.." + std::to_string(std::min(d_.block_size, max_rows_)) +
+BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq) {
+    check_seq(seq);
+    if (n_block < 2 || n_block > d_.block_size || n_block > opt_.max_rows) {
+        throw std::invalid_argument("a draft block holds 2.." + std::to_string(std::min(d_.block_size, opt_.max_rows)) +
                                     " rows, got " + std::to_string(n_block));
     }
     if (pos0 < 0 || pos0 + n_block > kv_->n_ctx()) throw std::invalid_argument("the draft block overflows the context");
@@ -200,7 +217,7 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
     const int64_t head_rows = w_.output->ne[1];
     if (top_k < 1 || top_k > head_rows) throw std::invalid_argument("top_k must be in [1, the head's rows]");
     const auto t0 = std::chrono::steady_clock::now();
-    seek(pos0);
+    seek(pos0, seq);
     tokens_.assign((size_t) n_block, d_.mask_token);
     tokens_[0] = anchor;
     const bool lattice = d_.selects();
@@ -217,12 +234,13 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
             [&](CachedGraph & g, const GraphKey & key, const Chunk &) {
                 if (lattice) read_lattice(g, out);
                 else read_top_k(g, key, n_block, top_k, out);
-            });
+            },
+            seq);
     } catch (...) {
-        kv_->rewind(pos0);
+        kv_->rewind(pos0, seq);
         throw;
     }
-    kv_->rewind(pos0);  // the block's own K/V are not context
+    kv_->rewind(pos0, seq);  // the block's own K/V are not context
     draft_seconds_ += seconds_since(t0);
     return out;
 }

@@ -36,24 +36,27 @@ public:
                  const ModelWeights & target_w, const DrafterOptions & opt, bool use_conv, bool use_selector,
                  bool fused);
 
-    // Passes A+B over committed rows at positions start..: features
-    // [n, taps * n_embd], the target's inputs of the target_layers. Positions
-    // from `start` on are forgotten first; any before it that were never
-    // injected stay empty.
-    void inject(const float * features, int64_t n, int64_t start);
-    // Pass C: [anchor, MASK x (n_block - 1)] at positions pos0..; the top_k
-    // ids and logits of each MASK row, or a DFlash2 drafter's lattice (k =
-    // its selector_top_k). The block's own K/V are dropped afterwards.
-    BlockDraft draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k);
+    // Passes A+B over sequence seq's committed rows at positions start..:
+    // features [n, taps * n_embd], the target's inputs of the target_layers.
+    // Positions from `start` on are forgotten first; any before it that were
+    // never injected stay empty.
+    void inject(const float * features, int64_t n, int64_t start, int64_t seq = 0);
+    // Pass C: [anchor, MASK x (n_block - 1)] at positions pos0.. of sequence
+    // seq; the top_k ids and logits of each MASK row, or a DFlash2 drafter's
+    // lattice (k = its selector_top_k). The block's own K/V are dropped afterwards.
+    BlockDraft draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq = 0);
 
     const std::string & path() const { return file_->path(); }
     const DFlashParams & params() const { return d_; }
-    int64_t seq_len() const { return kv_->seq_len(); }
+    int64_t seq_len(int64_t seq = 0) const { return kv_->seq_len(seq); }
     uint64_t graph_calls() const { return inject_->computes() + block_->computes(); }
     double inject_seconds() const { return inject_seconds_; }
     double draft_seconds() const { return draft_seconds_; }
     uint64_t readback_bytes() const { return readback_bytes_; }  // what pass C copied to the host
     void reset() { kv_->clear(); }
+    void reset_seq(int64_t seq) { kv_->clear_seq(seq); }
+    // One KV region per sequence of the target (Target::set_n_seqs); empties every one.
+    void set_n_seqs(int64_t n);
 
 private:
     // Pass C's outputs: DFlash2's lattice (the body's own outputs), or DFlash's top-k per row.
@@ -62,7 +65,8 @@ private:
     void map_to_target_tokens(std::vector<int32_t> & ids) const;
 
     void bind_to(const Hparams & target, const ModelWeights & target_w);
-    void seek(int64_t position);  // the KV ends at `position`: rewound, or past empty positions
+    void seek(int64_t position, int64_t seq);  // the KV ends at `position`: rewound, or past empty positions
+    void check_seq(int64_t seq) const;
     // DFlash2 with d2t: the codebook rows of the head's tokens, on the device.
     void reduce_codebooks(ggml_backend_dev_t dev);
 
@@ -71,7 +75,10 @@ private:
     ModelWeights w_;
     DFlashParams d_;
     DFlashWeights dw_;
-    int64_t max_rows_;
+    ggml_backend_dev_t dev_;
+    ggml_backend_t backend_;
+    DrafterOptions opt_;
+    bool fused_;
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<GraphRunner> inject_, block_;
     std::vector<int32_t> tokens_;

@@ -63,8 +63,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
 
     ForwardGraph fg{ctx, hp, w, body_.kv, n, cg->tokens, cg->positions, cg->hidden_in, cg->full, cg->swa, {}, row_kernels_};
     fg.rs = body_.rs;
-    fg.state_slots = key.state_slots;
-    fg.writes_state = key.writes_state;
+    fg.recurrent = key.recurrent;
     ggml_tensor * trunk = body_.build(fg);
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
     ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it

@@ -26,16 +26,13 @@ struct GraphKey {
     int64_t n_out = 0;  // rows through the LM head: 0, 1 (the last) or n_rows
     int top_k = 0;      // 0: full logits; k: the top k ids and logits
     std::vector<int> taps;  // layer indices; -1 = after the final norm
-    // Recurrent layers: the rows whose state the graph keeps (1: the last), and
-    // whether it also stores the last row's state as the live state.
-    int64_t state_slots = 1;
-    bool writes_state = true;
+    // Recurrent layers: each sequence's rows, in order (empty: none).
+    std::vector<RecurrentSegment> recurrent;
     bool batched = false;  // rows of several sequences (AttentionInputs::regions)
 
     bool operator<(const GraphKey & o) const {
-        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, state_slots, writes_state, batched) <
-               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.state_slots, o.writes_state,
-                        o.batched);
+        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, recurrent, batched) <
+               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.recurrent, o.batched);
     }
 };
 
@@ -53,8 +50,9 @@ struct CachedGraph {
     ggml_tensor * values = nullptr;  // [top_k, n_out]
     ggml_tensor * hidden = nullptr;  // [n_taps * n_embd, n_rows]
     std::vector<ggml_tensor *> body_outputs;  // ForwardGraph::outputs
-    std::vector<StateSources> state_sources;  // per recurrent layer
-    std::map<int64_t, std::unique_ptr<StateCommitGraph>> state_commits;  // by row, built on first use
+    std::vector<StateSources> state_sources;  // per recurrent layer and sequence
+    // by (sequence, row), built on first use
+    std::map<std::pair<int64_t, int64_t>, std::unique_ptr<StateCommitGraph>> state_commits;
     uint64_t last_use = 0;
 
     CachedGraph() = default;

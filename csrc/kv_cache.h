@@ -94,7 +94,7 @@ public:
     void advance(int64_t n, int64_t seq = 0);
     // Moves past n positions that stay empty (masked): a drafter that never
     // saw a reused prefix.
-    void skip(int64_t n) { seqs_[0].len += n; }
+    void skip(int64_t n, int64_t seq = 0) { seqs_[seq].len += n; }
     void rewind(int64_t length, int64_t seq = 0);
     void clear();                // every sequence
     void clear_seq(int64_t seq);

@@ -10,17 +10,22 @@
 
 namespace ggspec {
 
-RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp) : hp_(hp) {
-    ggml_init_params params = {ggml_tensor_overhead() * 2 * (size_t) hp.n_layer, nullptr, true};
+RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_seqs)
+    : hp_(hp), n_seqs_(n_seqs) {
+    const size_t n = (size_t) (n_seqs * hp.n_layer);
+    ggml_init_params params = {ggml_tensor_overhead() * 2 * n, nullptr, true};
     ctx_ = ggml_init(params);
-    conv_.assign(hp.n_layer, nullptr);
-    ssm_.assign(hp.n_layer, nullptr);
-    for (int64_t il = 0; il < hp.n_layer; ++il) {
-        if (!hp.recurrent(il)) continue;
-        conv_[il] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, hp.ssm_conv_channels());
-        ssm_[il] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_head_dim, hp.ssm_head_dim, hp.ssm_v_heads);
-        ggml_format_name(conv_[il], "conv_state_l%d", (int) il);
-        ggml_format_name(ssm_[il], "ssm_state_l%d", (int) il);
+    conv_.assign(n, nullptr);
+    ssm_.assign(n, nullptr);
+    for (int64_t seq = 0; seq < n_seqs; ++seq) {
+        for (int64_t il = 0; il < hp.n_layer; ++il) {
+            if (!hp.recurrent(il)) continue;
+            const size_t i = (size_t) (seq * hp.n_layer + il);
+            conv_[i] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, hp.ssm_conv_channels());
+            ssm_[i] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_head_dim, hp.ssm_head_dim, hp.ssm_v_heads);
+            ggml_format_name(conv_[i], "conv_state_l%d_s%d", (int) il, (int) seq);
+            ggml_format_name(ssm_[i], "ssm_state_l%d_s%d", (int) il, (int) seq);
+        }
     }
     try {
         buffer_ = allocate_tensors(ctx_, ggml_backend_dev_buffer_type(dev), "the recurrent state");
@@ -38,12 +43,28 @@ RecurrentState::~RecurrentState() {
 
 void RecurrentState::clear() { ggml_backend_buffer_clear(buffer_, 0); }
 
+void RecurrentState::clear(int64_t seq) {
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {conv(il, seq), ssm(il, seq)}) {
+            if (t) ggml_backend_tensor_memset(t, 0, 0, ggml_nbytes(t));
+        }
+    }
+}
+
 size_t RecurrentState::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
 
-size_t RecurrentState::download(std::vector<uint8_t> & host) const {
+size_t RecurrentState::row_bytes(const Hparams & hp) {
+    size_t per_row = 0;
+    for (int64_t il = 0; il < hp.n_layer; ++il) {
+        if (hp.recurrent(il)) per_row += sizeof(float) * (size_t) (hp.ssm_head_dim * hp.ssm_head_dim * hp.ssm_v_heads);
+    }
+    return per_row;
+}
+
+size_t RecurrentState::download(std::vector<uint8_t> & host, int64_t seq) const {
     host.clear();
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
-        for (ggml_tensor * t : {conv_[il], ssm_[il]}) {
+        for (ggml_tensor * t : {conv(il, seq), ssm(il, seq)}) {
             if (!t) continue;
             const size_t at = host.size();
             host.resize(at + ggml_nbytes(t));
@@ -53,10 +74,10 @@ size_t RecurrentState::download(std::vector<uint8_t> & host) const {
     return host.size();
 }
 
-size_t RecurrentState::upload(const std::vector<uint8_t> & host) {
+size_t RecurrentState::upload(const std::vector<uint8_t> & host, int64_t seq) {
     size_t at = 0;
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
-        for (ggml_tensor * t : {conv_[il], ssm_[il]}) {
+        for (ggml_tensor * t : {conv(il, seq), ssm(il, seq)}) {
             if (!t) continue;
             if (at + ggml_nbytes(t) > host.size()) throw std::logic_error("recurrent state snapshot is too small");
             ggml_backend_tensor_set(t, host.data() + at, 0, ggml_nbytes(t));
@@ -86,7 +107,8 @@ StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSo
 }
 
 StateCommitGraph::StateCommitGraph(ggml_backend_t backend, const RecurrentState & rs,
-                                   const std::vector<StateSources> & sources, int64_t n_rows, int64_t row) {
+                                   const std::vector<StateSources> & sources, int64_t seq, int64_t n_rows,
+                                   int64_t row) {
     const size_t max_nodes = 8 * sources.size() + 8;  // two aliases, two views, two copies per layer
     ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
                                nullptr, true};
@@ -102,10 +124,12 @@ StateCommitGraph::StateCommitGraph(ggml_backend_t backend, const RecurrentState 
         return a;
     };
     for (const StateSources & forward : sources) {
-        const StateSources src{forward.il, alias(forward.delta_net), alias(forward.conv_input), forward.kept_rows};
+        if (forward.seq != seq) continue;
+        const StateSources src{forward.il, seq, alias(forward.delta_net), alias(forward.conv_input),
+                               forward.kept_rows};
         const StateViews v = state_after_row(ctx_, rs.hparams(), src, n_rows, row);
-        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.ssm, rs.ssm(src.il)));
-        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.conv, rs.conv(src.il)));
+        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.ssm, rs.ssm(src.il, seq)));
+        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.conv, rs.conv(src.il, seq)));
     }
     allocator_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
     allocate_graph(allocator_, graph_, "a state commit graph");
@@ -122,8 +146,8 @@ void StateCommitGraph::run(ggml_backend_t backend) {
     }
 }
 
-size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSources> & sources, int64_t n_rows,
-                                 int64_t row) {
+size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSources> & sources, int64_t seq,
+                                 int64_t n_rows, int64_t row) {
     const Hparams & hp = rs.hparams();
     const int64_t window = hp.ssm_conv_kernel - 1, channels = hp.ssm_conv_channels();
     size_t moved = 0;
@@ -132,10 +156,11 @@ size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSou
     ggml_context_ptr views(ggml_init(params));  // offsets only; nothing is computed in it
     ggml_context * ctx = views.get();
     for (const StateSources & src : sources) {
+        if (src.seq != seq) continue;
         const StateViews v = state_after_row(ctx, hp, src, n_rows, row);
         host.resize((size_t) ggml_nelements(v.ssm));
         ggml_backend_tensor_get(src.delta_net, host.data(), v.ssm->view_offs, ggml_nbytes(v.ssm));
-        ggml_backend_tensor_set(rs.ssm(src.il), host.data(), 0, ggml_nbytes(v.ssm));
+        ggml_backend_tensor_set(rs.ssm(src.il, seq), host.data(), 0, ggml_nbytes(v.ssm));
 
         const int64_t width = src.conv_input->ne[0];
         host.resize((size_t) (width * channels));
@@ -143,8 +168,8 @@ size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSou
         for (int64_t c = 0; c < channels; ++c) {
             std::memcpy(&window_rows[c * window], &host[c * width + row + 1], sizeof(float) * window);
         }
-        ggml_backend_tensor_set(rs.conv(src.il), window_rows.data(), 0, ggml_nbytes(rs.conv(src.il)));
-        moved += 2 * ggml_nbytes(v.ssm) + ggml_nbytes(src.conv_input) + ggml_nbytes(rs.conv(src.il));
+        ggml_backend_tensor_set(rs.conv(src.il, seq), window_rows.data(), 0, ggml_nbytes(rs.conv(src.il, seq)));
+        moved += 2 * ggml_nbytes(v.ssm) + ggml_nbytes(src.conv_input) + ggml_nbytes(rs.conv(src.il, seq));
         ggml_reset(ctx);
     }
     return moved;

@@ -6,9 +6,11 @@
 // model's device. Unlike a KV cache it cannot be trimmed: rolling back a
 // rejected draft means taking the state after the last kept row, which a
 // verify forward keeps for every row (ggml_gated_delta_net's snapshot slots
-// and the conv input it read).
+// and the conv input it read). Each sequence of a many-sequence target has
+// its own state.
 #pragma once
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "ggml-alloc.h"
@@ -20,34 +22,56 @@ namespace ggspec {
 
 class RecurrentState {
 public:
-    RecurrentState(ggml_backend_dev_t dev, const Hparams & hp);
+    RecurrentState(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_seqs = 1);
     ~RecurrentState();
     RecurrentState(const RecurrentState &) = delete;
     RecurrentState & operator=(const RecurrentState &) = delete;
 
-    ggml_tensor * conv(int64_t il) const { return conv_[il]; }  // [Kc-1, channels]
-    ggml_tensor * ssm(int64_t il) const { return ssm_[il]; }    // [dk, dk, Hv], ggml's transposed layout
+    // [Kc-1, channels]
+    ggml_tensor * conv(int64_t il, int64_t seq = 0) const { return conv_[seq * hp_.n_layer + il]; }
+    // [dk, dk, Hv], ggml's transposed layout
+    ggml_tensor * ssm(int64_t il, int64_t seq = 0) const { return ssm_[seq * hp_.n_layer + il]; }
     const Hparams & hparams() const { return hp_; }
+    int64_t n_seqs() const { return n_seqs_; }
 
-    void clear();  // zeros: the state before the first token
+    void clear();               // zeros: the state before the first token, every sequence's
+    void clear(int64_t seq);
     size_t bytes() const;
-    // Whole-state copies through the host, for the re-forward rollback path.
-    // Both return the bytes moved.
-    size_t download(std::vector<uint8_t> & host) const;
-    size_t upload(const std::vector<uint8_t> & host);
+    // The delta-rule state bytes one kept row costs (a verify keeps one per row).
+    static size_t row_bytes(const Hparams & hp);
+    // One sequence's state copied through the host, for the re-forward
+    // rollback path. Both return the bytes moved.
+    size_t download(std::vector<uint8_t> & host, int64_t seq) const;
+    size_t upload(const std::vector<uint8_t> & host, int64_t seq);
 
 private:
     const Hparams & hp_;
+    int64_t n_seqs_;
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buffer_ = nullptr;
-    std::vector<ggml_tensor *> conv_, ssm_;  // null for attention layers
+    std::vector<ggml_tensor *> conv_, ssm_;  // [seq * n_layer + il]; null for attention layers
 };
 
-// What a forward left behind from which the state after any of its rows can
-// be taken: the delta net's result (outputs, then one snapshot slot per row,
-// newest first) and the conv input [Kc-1 + n_rows, channels].
+// One sequence's rows in a forward, as its recurrent layers see them (part
+// of the graph's shape: the state tensors it reads are that sequence's).
+struct RecurrentSegment {
+    int64_t seq = 0;
+    int64_t n_rows = 0;
+    int64_t state_slots = 1;   // the rows whose state the graph keeps (1: the last)
+    bool writes_state = true;  // whether it also stores the last row's state as the live state
+
+    bool operator<(const RecurrentSegment & o) const {
+        return std::tie(seq, n_rows, state_slots, writes_state) <
+               std::tie(o.seq, o.n_rows, o.state_slots, o.writes_state);
+    }
+};
+
+// What a forward left behind from which the state after any of a sequence's
+// rows can be taken: the delta net's result (outputs, then one snapshot slot
+// per row, newest first) and the conv input [Kc-1 + n_rows, channels].
 struct StateSources {
     int64_t il;
+    int64_t seq;
     ggml_tensor * delta_net;
     ggml_tensor * conv_input;
     int64_t kept_rows;  // the last rows whose state the delta net kept (its K)
@@ -61,11 +85,12 @@ struct StateViews {
 StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSources & src, int64_t n_rows, int64_t row);
 
 // A persistent graph of device-to-device copies that makes the state after
-// one row of a finished forward the live state: no host round trip.
+// row `row` of sequence seq's n_rows in a finished forward its live state: no
+// host round trip.
 class StateCommitGraph {
 public:
     StateCommitGraph(ggml_backend_t backend, const RecurrentState & rs, const std::vector<StateSources> & sources,
-                     int64_t n_rows, int64_t row);
+                     int64_t seq, int64_t n_rows, int64_t row);
     ~StateCommitGraph();
     StateCommitGraph(const StateCommitGraph &) = delete;
     StateCommitGraph & operator=(const StateCommitGraph &) = delete;
@@ -79,7 +104,7 @@ private:
 
 // The same through the host (tensor_get, then tensor_set): the measured
 // alternative. Returns the bytes moved.
-size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSources> & sources, int64_t n_rows,
-                                 int64_t row);
+size_t commit_state_through_host(RecurrentState & rs, const std::vector<StateSources> & sources, int64_t seq,
+                                 int64_t n_rows, int64_t row);
 
 }  // namespace ggspec

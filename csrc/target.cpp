@@ -97,11 +97,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     }
     max_verify_rows_ = opt.max_verify_rows;
     if (hp_.has_recurrent()) {
-        rs_ = std::make_unique<RecurrentState>(dev_, hp_);
-        int64_t per_row = 0;  // a kept row costs a delta-rule state per recurrent layer
-        for (int64_t il = 0; il < hp_.n_layer; ++il) {
-            if (hp_.recurrent(il)) per_row += (int64_t) ggml_nbytes(rs_->ssm(il));
-        }
+        const int64_t per_row = (int64_t) RecurrentState::row_bytes(hp_);  // a delta-rule state per recurrent layer
         const int64_t rows = std::max<int64_t>(2, std::min(opt.max_verify_rows, opt.prefill_chunk));
         max_verify_rows_ = std::clamp<int64_t>((int64_t) opt.recurrent_snapshot_bytes / per_row, 2, rows);
     }
@@ -113,30 +109,26 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
 }
 
 void Target::make_cache(int64_t n_seqs) {
-    runner_.reset();  // the graphs hold views of the old cache: freed first
+    runner_.reset();  // the graphs hold views of the old cache and state: freed first
     kv_.reset();
-    pending_ = {};
+    rs_.reset();
+    seq_states_.assign((size_t) n_seqs, SeqState{});
     kv_ = std::make_unique<KvCache>(dev_, hp_, opt_.n_ctx, max_batch_rows(), kv_type_from_name(opt_.kv_type), n_seqs);
+    if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_, n_seqs);
     runner_ = std::make_unique<GraphRunner>(backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk},
                                             row_kernels_, opt_.graph_budget_bytes);
+    if (head_) head_->set_n_seqs(n_seqs);
+    if (drafter_) drafter_->set_n_seqs(n_seqs);
 }
 
 void Target::set_n_seqs(int64_t n) {
     if (n < 1) throw std::invalid_argument("a target holds at least one sequence, got " + std::to_string(n));
-    if (rs_ && n > 1) {
-        throw std::invalid_argument("this " + std::string(arch_->name) +
-                                    " model's recurrent state holds one sequence; several are not supported yet");
-    }
     if (n == n_seqs()) return;
-    if (rs_) {
-        rs_->clear();
-        state_len_ = 0;
-    }
     make_cache(n);
 }
 
 DrafterOptions Target::drafter_options() const {
-    return DrafterOptions{opt_.n_ctx, std::max(opt_.prefill_chunk, opt_.max_verify_rows),
+    return DrafterOptions{opt_.n_ctx, std::max(opt_.prefill_chunk, opt_.max_verify_rows), n_seqs(),
                           kv_type_from_name(opt_.kv_type), row_kernels_, opt_.graph_budget_bytes};
 }
 
@@ -194,10 +186,6 @@ void Target::check_request(const ForwardRequest & req) const {
 
 void Target::check_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps) const {
     if (items.empty()) throw std::invalid_argument("a batch needs at least one sequence");
-    if (rs_) {
-        throw std::invalid_argument("this " + std::string(arch_->name) +
-                                    " model's recurrent state holds one sequence: it runs forward, not batches");
-    }
     std::vector<bool> seen((size_t) n_seqs(), false);
     for (const BatchItem & item : items) {
         check_seq(item.seq);
@@ -222,13 +210,23 @@ void Target::check_batch(const std::vector<BatchItem> & items, int top_k, const 
 void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps,
                            const ForwardOutputs & out) {
     check_batch(items, top_k, taps);
+    if (rs_) settle_pending();
     std::vector<Segment> segments;
     std::vector<int32_t> tokens, out_rows;
     std::vector<int64_t> start_lens;
+    GraphKey key;
+    std::vector<bool> keeps;  // recurrent: the sequence's verify keeps the state after each row
     for (const BatchItem & item : items) {
         const int32_t row0 = (int32_t) tokens.size();
         segments.push_back({item.seq, item.n_tokens});
         start_lens.push_back(kv_->seq_len(item.seq));
+        if (rs_) {  // as forward() runs the sequence alone
+            const bool keep = item.head == BatchItem::Head::all && item.n_tokens <= max_verify_rows() &&
+                              rollback_ != Rollback::reforward;
+            key.recurrent.push_back({item.seq, item.n_tokens, keep ? item.n_tokens : 1,
+                                     !keep || rollback_ == Rollback::snapshots_host});
+            keeps.push_back(keep);
+        }
         tokens.insert(tokens.end(), item.tokens, item.tokens + item.n_tokens);
         if (item.head == BatchItem::Head::all) {
             for (int64_t r = 0; r < item.n_tokens; ++r) out_rows.push_back(row0 + (int32_t) r);
@@ -236,7 +234,6 @@ void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, cons
             out_rows.push_back(row0 + (int32_t) item.n_tokens - 1);
         }
     }
-    GraphKey key;
     key.n_rows = (int64_t) tokens.size();
     key.n_out = (int64_t) out_rows.size();
     key.top_k = key.n_out > 0 ? top_k : 0;
@@ -245,9 +242,19 @@ void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, cons
     try {
         CachedGraph & g = runner_->prepare(key, segments, tokens.data(), nullptr, out_rows.data());
         runner_->compute(g);
+        for (size_t i = 0; i < key.recurrent.size(); ++i) {
+            const RecurrentSegment & seg = key.recurrent[i];
+            SeqState & st = seq_states_[seg.seq];
+            st.len = seg.writes_state ? start_lens[i] + seg.n_rows : start_lens[i];
+            st.pending = keeps[i] ? PendingState{&g, start_lens[i], seg.n_rows, seg.writes_state} : PendingState{};
+        }
         runner_->read_outputs(g, key, 0, 0, out);
     } catch (...) {
-        for (size_t i = 0; i < items.size(); ++i) kv_->rewind(start_lens[i], items[i].seq);  // never the ring's limit
+        for (size_t i = 0; i < items.size(); ++i) {
+            // a recurrent state may be part written: that sequence starts over
+            if (rs_) reset_seq(items[i].seq);
+            else kv_->rewind(start_lens[i], items[i].seq);  // never the ring's limit
+        }
         throw;
     }
 }
@@ -256,7 +263,10 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
     check_request(req);
     const int64_t n = req.n_tokens;
     const int64_t start_len = kv_->seq_len(req.seq);
-    if (rs_) settle_state(start_len);  // the last verify kept every row
+    if (rs_) {
+        settle_pending();
+        settle_state(start_len, req.seq);  // where the state must be
+    }
     // A verify keeps the state after each row, to roll back to without a re-forward.
     const bool keep_rows = rs_ && req.all_rows && n <= max_verify_rows() &&
                            rollback_ != Rollback::reforward;
@@ -268,14 +278,18 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
                 key.n_out = req.all_rows ? c.n_rows : (c.last ? 1 : 0);
                 key.top_k = key.n_out > 0 ? req.top_k : 0;
                 key.taps = req.taps;
-                key.state_slots = keep_rows ? c.n_rows : 1;
-                key.writes_state = !keep_rows || rollback_ == Rollback::snapshots_host;
+                if (rs_) {
+                    key.recurrent = {{req.seq, c.n_rows, keep_rows ? c.n_rows : 1,
+                                      !keep_rows || rollback_ == Rollback::snapshots_host}};
+                }
                 pos0 = kv_->seq_len(req.seq);
             },
             [&](CachedGraph & g, const GraphKey & key, const Chunk & c) {
                 if (rs_) {
-                    state_len_ = key.writes_state ? pos0 + c.n_rows : pos0;
-                    pending_ = keep_rows ? PendingState{&g, pos0, c.n_rows, key.writes_state} : PendingState{};
+                    const bool writes = key.recurrent[0].writes_state;
+                    SeqState & st = seq_states_[req.seq];
+                    st.len = writes ? pos0 + c.n_rows : pos0;
+                    st.pending = keep_rows ? PendingState{&g, pos0, c.n_rows, writes} : PendingState{};
                 }
                 runner_->read_outputs(g, key, c.done, req.all_rows ? c.done : 0, out);
             },
@@ -283,7 +297,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
     } catch (...) {
         // The cache holds nothing usable past the start; rewind if the ring still allows it.
         try {
-            if (rs_) settle_state(start_len);
+            if (rs_) settle_state(start_len, req.seq);
             kv_->rewind(start_len, req.seq);
         } catch (const std::exception &) {
             n_seqs() == 1 ? reset() : reset_seq(req.seq);
@@ -298,7 +312,7 @@ void Target::rewind(int64_t length, int64_t seq) {
         throw std::invalid_argument("rewind length " + std::to_string(length) + " is outside [0, " +
                                     std::to_string(kv_->seq_len(seq)) + "]");
     }
-    if (rs_) settle_state(length);
+    if (rs_) settle_state(length, seq);
     kv_->rewind(length, seq);
 }
 
@@ -307,78 +321,102 @@ void Target::reset() {
     if (head_) head_->reset();
     if (drafter_) drafter_->reset();
     if (rs_) rs_->clear();
-    state_len_ = 0;
-    pending_ = {};
+    for (SeqState & st : seq_states_) st = SeqState{{}, 0, {}, -1, st.transfer_bytes};
 }
 
 void Target::reset_seq(int64_t seq) {
     check_seq(seq);
     kv_->clear_seq(seq);
-    if (rs_) {  // its only sequence
-        rs_->clear();
-        state_len_ = 0;
-        pending_ = {};
-    }
+    if (head_) head_->reset_seq(seq);
+    if (drafter_) drafter_->reset_seq(seq);
+    if (rs_) rs_->clear(seq);
+    SeqState & st = seq_states_[seq];
+    st = SeqState{{}, 0, {}, -1, st.transfer_bytes};
 }
 
-void Target::settle_state(int64_t length) {
-    if (pending_.graph) {
-        const int64_t row = length - pending_.start - 1;
-        if (row >= 0 && row < pending_.n_rows) {
-            if (!(pending_.live_is_last && row == pending_.n_rows - 1)) commit_row(row);
-            state_len_ = length;
-            pending_ = {};
+void Target::settle_state(int64_t length, int64_t seq) {
+    SeqState & st = seq_states_[seq];
+    if (st.pending.graph) {
+        const int64_t row = length - st.pending.start - 1;
+        if (row >= 0 && row < st.pending.n_rows) {
+            if (!(st.pending.live_is_last && row == st.pending.n_rows - 1)) commit_row(row, seq);
+            st.len = length;
+            st.pending = {};
             return;
         }
     }
-    if (state_len_ != length) {
+    if (st.len != length) {
         throw std::invalid_argument(
             "cannot rewind to " + std::to_string(length) + ": this model's recurrent state is at position " +
-            std::to_string(state_len_) + " and keeps only the rows of its last verify (reset and re-forward instead)");
+            std::to_string(st.len) + " and keeps only the rows of its last verify (reset and re-forward instead)");
     }
-    pending_ = {};
+    st.pending = {};
 }
 
-void Target::commit_row(int64_t row) {
-    PendingState & p = pending_;
+void Target::settle_pending() {
+    for (int64_t seq = 0; seq < n_seqs(); ++seq) {
+        if (seq_states_[seq].pending.graph) settle_state(kv_->seq_len(seq), seq);
+    }
+}
+
+uint64_t Target::state_transfer_bytes(int64_t seq) const {
+    check_seq(seq);
+    return seq_states_[seq].transfer_bytes;
+}
+
+void Target::move_state_bytes(size_t bytes, int64_t seq) {
+    state_transfer_bytes_ += bytes;
+    seq_states_[seq].transfer_bytes += bytes;
+}
+
+void Target::commit_row(int64_t row, int64_t seq) {
+    PendingState & p = seq_states_[seq].pending;
     if (rollback_ == Rollback::snapshots) {
-        std::unique_ptr<StateCommitGraph> & commit = p.graph->state_commits[row];
-        if (!commit) commit = std::make_unique<StateCommitGraph>(backend_.get(), *rs_, p.graph->state_sources, p.n_rows, row);
+        std::unique_ptr<StateCommitGraph> & commit = p.graph->state_commits[{seq, row}];
+        if (!commit) {
+            commit = std::make_unique<StateCommitGraph>(backend_.get(), *rs_, p.graph->state_sources, seq, p.n_rows,
+                                                        row);
+        }
         commit->run(backend_.get());
     } else {
-        state_transfer_bytes_ += commit_state_through_host(*rs_, p.graph->state_sources, p.n_rows, row);
+        move_state_bytes(commit_state_through_host(*rs_, p.graph->state_sources, seq, p.n_rows, row), seq);
     }
     ++state_commits_;
 }
 
 void Target::set_recurrent_rollback(const std::string & name) {
     const Rollback next = rollback_from_name(name);
-    if (rs_) settle_state(kv_->seq_len());
+    if (rs_) settle_pending();
     rollback_ = next;
-    snapshot_len_ = -1;
+    for (SeqState & st : seq_states_) st.snapshot_len = -1;
 }
 
-void Target::snapshot_recurrent() {
+void Target::snapshot_recurrent(int64_t seq) {
+    check_seq(seq);
     if (!rs_ || rollback_ != Rollback::reforward) return;  // the verify keeps its own per-row states
-    settle_state(kv_->seq_len());
-    state_transfer_bytes_ += rs_->download(state_snapshot_);
-    snapshot_len_ = kv_->seq_len();
+    SeqState & st = seq_states_[seq];
+    settle_state(kv_->seq_len(seq), seq);
+    move_state_bytes(rs_->download(st.snapshot, seq), seq);
+    st.snapshot_len = kv_->seq_len(seq);
 }
 
-void Target::restore_recurrent() {
+void Target::restore_recurrent(int64_t seq) {
+    check_seq(seq);
     if (!rs_ || rollback_ != Rollback::reforward) return;
-    if (snapshot_len_ < 0) throw std::logic_error("restore_recurrent without a snapshot");
-    state_transfer_bytes_ += rs_->upload(state_snapshot_);
-    state_len_ = snapshot_len_;
-    pending_ = {};
+    SeqState & st = seq_states_[seq];
+    if (st.snapshot_len < 0) throw std::logic_error("restore_recurrent without a snapshot");
+    move_state_bytes(rs_->upload(st.snapshot, seq), seq);
+    st.len = st.snapshot_len;
+    st.pending = {};
 }
 
-std::vector<std::vector<float>> Target::read_recurrent_state() {
+std::vector<std::vector<float>> Target::read_recurrent_state(int64_t seq) {
+    check_seq(seq);
     std::vector<std::vector<float>> out;
     if (!rs_) return out;
-    settle_state(kv_->seq_len());
+    settle_state(kv_->seq_len(seq), seq);
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
-        for (ggml_tensor * t : {rs_->conv(il), rs_->ssm(il)}) {
+        for (ggml_tensor * t : {rs_->conv(il, seq), rs_->ssm(il, seq)}) {
             if (!t) continue;
             out.emplace_back((size_t) ggml_nelements(t));
             ggml_backend_tensor_get(t, out.back().data(), 0, ggml_nbytes(t));

@@ -93,24 +93,29 @@ public:
     void set_n_seqs(int64_t n);
     int64_t n_seqs() const { return kv_->n_seqs(); }
 
-    // Keeps the first `length` positions. On a recurrent trunk the state must
-    // reach `length`: a row of the last verify, or where it already is;
-    // otherwise throws std::invalid_argument and changes nothing.
+    // Keeps the first `length` positions of sequence seq. On a recurrent trunk
+    // its state must reach `length`: a row of its last verify, or where it
+    // already is; otherwise throws std::invalid_argument and changes nothing.
+    // Any forward settles every sequence's last verify at the sequence's
+    // length first (the graph it ran in may be replayed or freed), so roll a
+    // sequence back before forwarding the others.
     void rewind(int64_t length, int64_t seq = 0);
     void reset();                 // every sequence, and the drafters
-    void reset_seq(int64_t seq);  // one sequence of the trunk's cache
-    // The re-forward rollback path's host copies of the recurrent state; no-ops
-    // on every other path and on attention-only trunks.
-    void snapshot_recurrent();
-    void restore_recurrent();
-    // For tests: each recurrent layer's conv and delta-rule state after seq_len()
-    // positions (settling a pending verify first, as the next forward would).
-    std::vector<std::vector<float>> read_recurrent_state();
+    void reset_seq(int64_t seq);  // one sequence of the trunk's cache and state, and of the drafters'
+    // The re-forward rollback path's host copies of a sequence's recurrent
+    // state; no-ops on every other path and on attention-only trunks.
+    void snapshot_recurrent(int64_t seq = 0);
+    void restore_recurrent(int64_t seq = 0);
+    // For tests: each recurrent layer's conv and delta-rule state after
+    // seq_len(seq) positions (settling a pending verify first, as the next
+    // forward would).
+    std::vector<std::vector<float>> read_recurrent_state(int64_t seq = 0);
     // Switches the rollback path (TargetOptions::recurrent_rollback) between
     // generations: what a verify left pending is settled first.
     void set_recurrent_rollback(const std::string & name);
     // The most rows a verify may have and still roll back: the option, and on a
-    // recurrent trunk what its snapshot budget holds (at least 2).
+    // recurrent trunk what its snapshot budget holds (at least 2). The budget is
+    // per sequence: a batch keeps each verifying sequence's rows.
     int64_t max_verify_rows() const { return max_verify_rows_; }
     // False only on the re-forward path: a rejected draft then costs a re-forward.
     bool verify_persists_accepted_kv() const { return !rs_ || rollback_ != Rollback::reforward; }
@@ -129,9 +134,13 @@ public:
     size_t weight_bytes() const { return file_->weight_bytes(); }
     size_t kv_bytes() const { return kv_->bytes(); }
     size_t recurrent_state_bytes() const { return rs_ ? rs_->bytes() : 0; }
+    // What a verify keeps per row for its rollback (0: an attention-only trunk).
+    size_t state_row_bytes() const { return rs_ ? RecurrentState::row_bytes(hp_) : 0; }
     // Recurrent-state bytes moved through ggml_backend_tensor_get/_set, and
-    // rollbacks that took a kept row's state, since the target was made.
+    // rollbacks that took a kept row's state, since the target was made; the
+    // bytes moved for one sequence since the cache was sized (set_n_seqs).
     uint64_t state_transfer_bytes() const { return state_transfer_bytes_; }
+    uint64_t state_transfer_bytes(int64_t seq) const;
     uint64_t state_commits() const { return state_commits_; }
     int n_threads() const { return n_threads_; }
     // Whether multi-row LM-head products run on ggspec's own kernel (kernels/row_matmul.h).
@@ -151,11 +160,23 @@ private:
         bool live_is_last = false;  // the graph already stored its last row's state
     };
 
-    // Makes the live recurrent state the state after `length` positions, or
-    // throws std::invalid_argument and changes nothing.
-    void settle_state(int64_t length);
+    // A sequence's recurrent-state bookkeeping.
+    struct SeqState {
+        PendingState pending;
+        int64_t len = 0;                // the sequence length its live state describes
+        std::vector<uint8_t> snapshot;  // the re-forward path's host copy
+        int64_t snapshot_len = -1;
+        uint64_t transfer_bytes = 0;
+    };
+
+    // Makes sequence seq's live recurrent state the state after `length`
+    // positions, or throws std::invalid_argument and changes nothing.
+    void settle_state(int64_t length, int64_t seq);
+    // Every sequence's pending verify, at the sequence's length: before a forward.
+    void settle_pending();
     DrafterOptions drafter_options() const;
-    void commit_row(int64_t row);
+    void commit_row(int64_t row, int64_t seq);
+    void move_state_bytes(size_t bytes, int64_t seq);
     void check_seq(int64_t seq) const;
     void check_tokens(const int32_t * tokens, int64_t n) const;
     void check_taps_top_k(const std::vector<int> & taps, int top_k) const;
@@ -179,11 +200,8 @@ private:
     std::unique_ptr<GraphRunner> runner_;
     std::unique_ptr<DraftHead> head_;
     std::unique_ptr<BlockDrafter> drafter_;
-    PendingState pending_;
+    std::vector<SeqState> seq_states_;  // per sequence (recurrent trunks)
     int64_t max_verify_rows_ = 0;
-    int64_t state_len_ = 0;  // the sequence length the live recurrent state describes
-    std::vector<uint8_t> state_snapshot_;
-    int64_t snapshot_len_ = -1;
     uint64_t state_transfer_bytes_ = 0;
     uint64_t state_commits_ = 0;
 };

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 import ggspec
 from ggspec.native.target import BatchItem
+from ggspec.speculators.options import SpecOptions
+from tests.fixtures.tiny_dflash import write_tiny_dflash
 
 N_SEQS = 4
 N_CTX = 256
@@ -24,7 +26,8 @@ def _bits(a: np.ndarray) -> bytes:
 # --- the target: forward_batch against each sequence alone -------------------
 
 @pytest.fixture(scope="module", params=[("llama", "q8_0", "auto"), ("gemma3", "q4_k", "auto"),
-                                        ("gemma3", "f16", "off")], ids=lambda p: "-".join(p))
+                                        ("gemma3", "f16", "off"), ("qwen35", "q8_0", "auto")],
+                ids=lambda p: "-".join(p))
 def targets(request, tiny_model):
     arch, dtype, kernels = request.param
     path = tiny_model(arch, dtype)
@@ -62,12 +65,12 @@ def test_batched_rows_have_each_sequences_solo_bits(targets, steps):
         expected = np.concatenate(want) if want else np.zeros((0, batched.n_vocab), np.float32)
         assert _bits(got.logits) == _bits(expected), f"LM-head rows of {[b for b, _ in batch]}"
         assert _bits(got.hidden) == _bits(np.concatenate([h for _, h in batch])), "hidden rows"
-        if rewind is not None:
+        if rewind is not None and rewind[0] in items:  # a forward settles the others' verifies
             seq, back = rewind
             length = max(0, alone[seq].cache_seq_len - back)
             try:
                 alone[seq].rewind(length)
-            except ValueError:  # the sliding-window ring no longer holds that far back: both refuse
+            except ValueError:  # the ring, or a recurrent state, no longer holds that far back: both refuse
                 with pytest.raises(ValueError):
                     batched.rewind(length, seq)
                 continue
@@ -114,17 +117,44 @@ def test_bad_batches_are_refused_by_name(tiny_model):
         target.set_sequences(0)
 
 
-def test_a_recurrent_trunk_holds_one_sequence(tiny_model):
-    model = ggspec.Model(tiny_model("qwen35", "q8_0"), n_ctx=64)
-    with pytest.raises(ValueError, match="recurrent state holds one sequence"):
-        model.target.set_sequences(2)
-    with pytest.raises(ValueError, match="recurrent state holds one sequence"):
-        ggspec.Engine(model, slots=2)
+def test_memory_grows_by_one_sequence_per_slot(tiny_model):
+    for arch in ("gemma3", "qwen35"):
+        target = ggspec.load(tiny_model(arch, "q8_0"), n_ctx=64)
+        one = target.memory
+        target.set_sequences(3)
+        three = target.memory
+        assert three["kv_bytes"] == 3 * one["kv_bytes"] == 3 * three["kv_bytes_per_sequence"]
+        assert three["recurrent_state_bytes"] == 3 * one["recurrent_state_bytes"]
+        assert (three["verify_row_state_bytes"] > 0) == (arch == "qwen35") == (one["recurrent_state_bytes"] > 0)
+
+
+def test_drafters_keep_a_region_per_sequence(tiny_model, tmp_path):
+    target = ggspec.load(tiny_model("qwen35", "q8_0"), n_ctx=64)
+    target.set_sequences(2)
+    drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(1, 3)))
+    head = target.nextn_head
+    hidden = np.zeros((1, target.n_embd), np.float32)
+    with pytest.raises(ValueError, match="draft head sequence 2 is not one of the target's 2"):
+        head.for_sequence(2).draft_step(5, hidden[0], 0, 3)
+    with pytest.raises(ValueError, match="drafter sequence 2 is not one of the target's 2"):
+        drafter.for_sequence(2).draft(5, 0, 4, 3)
+    one = head.for_sequence(1).draft_step(5, hidden[0], 0, 3)  # sequence 1 starts empty, whatever 0 holds
+    head.draft_catch_up([7, 8, 9], np.ones((3, target.n_embd), np.float32), 0)
+    again = head.for_sequence(1).draft_step(5, hidden[0], 0, 3)
+    assert all(_bits(a) == _bits(b) for a, b in zip(one, again))
+    with pytest.raises(ValueError, match="rows start at 2, but the head holds 1 positions"):
+        head.for_sequence(1).draft_step(5, hidden[0], 2, 3)
+    target.reset_sequence(1)  # the drafters' regions of it too
+    with pytest.raises(ValueError, match="rows start at 1, but the head holds 0 positions"):
+        head.for_sequence(1).draft_step(5, hidden[0], 1, 3)
 
 
 # --- the engine: each slot's request against the same request alone ----------
 
-SPECS = [False, "ngram", "auto", "draft-head", "block"]
+# Governor off where stats are compared: its timing would decide when drafting parks.
+NGRAM = SpecOptions(spec_type="ngram", governor=False)
+HEAD = SpecOptions(spec_type="draft-head", governor=False)  # qwen35's NextN head; the others decline
+SPECS = [False, "auto", NGRAM, HEAD, "block"]  # "block": the module's drafter, set per engine below
 request = st.fixed_dictionaries({
     "prompt": st.lists(st.integers(3, 60), min_size=1, max_size=70),
     "max_tokens": st.integers(1, 20),
@@ -135,13 +165,26 @@ request = st.fixed_dictionaries({
 })
 
 
-@pytest.fixture(scope="module", params=["llama", "gemma3"])
-def engines(request, tiny_model):
+@pytest.fixture(scope="module", params=["llama", "gemma3", "qwen35"])
+def engines(request, tiny_model, tmp_path_factory):
     path = tiny_model(request.param, "q8_0")
+    layers = {"llama": (0, 1), "gemma3": (1, 3), "qwen35": (1, 3)}[request.param]
+    drafter = str(write_tiny_dflash(tmp_path_factory.mktemp("slots") / "drafter.gguf", target_layers=layers))
     model = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2)
     alone = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2)
     with ggspec.Engine(model, slots=N_SEQS) as engine, ggspec.Engine(alone) as solo:
-        yield engine, solo
+        yield engine, solo, drafter, layers
+
+
+def _block(drafter: str) -> SpecOptions:
+    return SpecOptions(draft_model=drafter, governor=False)
+
+
+def _spec(spec, drafter: str):
+    return _block(drafter) if spec == "block" else spec
+
+
+SPEC_STATS = ("spec_type", "draft_n", "draft_n_accepted", "verify_steps", "plain_steps")
 
 
 def _tokens(prompt: list[int], repeat: int = 3) -> list[int]:
@@ -151,11 +194,11 @@ def _tokens(prompt: list[int], repeat: int = 3) -> list[int]:
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(request, min_size=1, max_size=6))
 def test_each_slot_gets_its_solo_tokens(engines, requests):
-    engine, solo = engines
-    options = [dict(max_tokens=r["max_tokens"], ignore_eos=True, spec=r["spec"], **r["sampling"])
+    engine, solo, drafter, _ = engines
+    options = [dict(max_tokens=r["max_tokens"], ignore_eos=True, spec=_spec(r["spec"], drafter), **r["sampling"])
                for r in requests]
     prompts = [_tokens(r["prompt"]) for r in requests]
-    want = [solo.submit(p, **o).result.tokens for p, o in zip(prompts, options)]
+    alone = [solo.submit(p, **o).result for p, o in zip(prompts, options)]
 
     streams: dict[int, object] = {}
     lock = threading.Lock()
@@ -176,20 +219,35 @@ def test_each_slot_gets_its_solo_tokens(engines, requests):
         for i in later:
             streams[i] = engine.submit(prompts[i], **options[i])
         later.clear()
-    got = [first.tokens] + [streams[i].result.tokens for i in range(1, len(requests))]
-    assert got == want
+    got = [first] + [streams[i].result for i in range(1, len(requests))]
+    assert [g.tokens for g in got] == [a.tokens for a in alone]
     assert 1 <= first.stats["max_batch_slots"] <= N_SEQS
+    for r, g, a in zip(requests, got, alone):  # each slot's drafter state is its own: the same drafts
+        if r["spec"] in (NGRAM, HEAD, "block"):
+            assert [g.stats[k] for k in SPEC_STATS] == [a.stats[k] for k in SPEC_STATS], r
 
 
-def test_drafters_decline_by_name_with_several_slots(engines):
-    engine, _ = engines
-    stats = engine.submit([5, 6, 7], max_tokens=2, temperature=0, spec="draft-head").result.stats
+def test_one_block_drafter_serves_every_slot(engines, tmp_path):
+    engine, _, drafter, layers = engines
+    other = str(write_tiny_dflash(tmp_path / "other.gguf", seed=2, target_layers=layers))
+    late = []
+
+    def join(_token: int) -> None:  # on the engine's thread, while the first slot drafts
+        if not late:
+            late.append(engine.submit([9, 10, 11], max_tokens=2, temperature=0, spec=_block(other)))
+
+    first = engine.submit([5, 6, 7] * 4, max_tokens=12, temperature=0, ignore_eos=True, spec=_block(drafter),
+                          on_token=join).result
+    assert first.stats["spec_type"] == "block"
+    stats = late[0].result.stats
     assert stats["spec_type"] == "none"
-    assert "serves one sequence" in stats["decline_reason"]
+    assert "one drafter serves every slot" in stats["decline_reason"]
+    alone = engine.submit([9, 10, 11], max_tokens=2, temperature=0, spec=_block(other)).result.stats
+    assert alone["spec_type"] == "block"  # no slot drafts with the old one: the new one attaches
 
 
 def test_a_cancelled_slot_frees_at_once_and_the_others_keep_their_tokens(engines):
-    engine, solo = engines
+    engine, solo, _, _ = engines
     prompts = [[5, 6, 7, 8] * 3, [9, 10, 11], [12, 13] * 5, [14], [15, 16, 17]]
     want = [solo.submit(p, max_tokens=16, temperature=0, ignore_eos=True).result.tokens for p in prompts]
     cancelled = threading.Event()

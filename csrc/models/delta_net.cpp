@@ -25,6 +25,7 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const int64_t channels = hp.ssm_conv_channels();
     const size_t f = sizeof(float);
 
+    // The products run over every sequence's rows at once (each row's bits are its own).
     ggml_tensor * qkv = ggml_reshape_3d(ctx, g.matmul(l.ssm_in, x), channels, n, 1);
     ggml_tensor * z = ggml_reshape_4d(ctx, g.matmul(l.ssm_z, x), dk, hv, n, 1);
     ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, g.matmul(l.ssm_beta, x), 1, hv, n, 1));
@@ -32,31 +33,48 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     ggml_tensor * decay = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, g.matmul(l.ssm_alpha, x), l.ssm_dt)), l.ssm_a);
     decay = ggml_reshape_4d(ctx, decay, 1, hv, n, 1);
 
-    // The conv sees its kept Kc-1 inputs, then this forward's rows.
-    ggml_tensor * conv_state = ggml_reshape_3d(ctx, g.rs->conv(il), hp.ssm_conv_kernel - 1, channels, 1);
-    ggml_tensor * conv_input = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);  // [Kc-1+n, channels]
-    ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_input, l.ssm_conv1d));   // [channels, n, 1]
+    // The recurrence runs per sequence, on its own state, exactly as that
+    // sequence alone would run it; one sequence takes the tensors whole.
+    const bool whole = g.recurrent.size() == 1;
+    ggml_tensor * o = nullptr;  // [dk, hv, n, 1]
+    int64_t row0 = 0;
+    for (const RecurrentSegment & seg : g.recurrent) {
+        const int64_t m = seg.n_rows;
+        auto rows = [&](ggml_tensor * t) {  // rows [row0, row0 + m) of a [.., .., n, 1] tensor
+            return whole ? t : ggml_cont(ctx, ggml_view_4d(ctx, t, t->ne[0], t->ne[1], m, 1, t->nb[1], t->nb[2],
+                                                            t->nb[3], row0 * t->nb[2]));
+        };
+        ggml_tensor * seg_qkv = whole ? qkv : ggml_view_3d(ctx, qkv, channels, m, 1, qkv->nb[1], qkv->nb[2],
+                                                             row0 * qkv->nb[1]);
+        // The conv sees the sequence's kept Kc-1 inputs, then its rows.
+        ggml_tensor * conv_state = ggml_reshape_3d(ctx, g.rs->conv(il, seg.seq), hp.ssm_conv_kernel - 1, channels, 1);
+        ggml_tensor * conv_input = ggml_concat(ctx, conv_state, ggml_transpose(ctx, seg_qkv), 0);  // [Kc-1+m, channels]
+        ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_input, l.ssm_conv1d));       // [channels, m, 1]
 
-    auto heads = [&](int64_t n_heads, int64_t first_channel) {
-        return ggml_view_4d(ctx, conv, dk, n_heads, n, 1, dk * f, channels * f, channels * n * f, first_channel * f);
-    };
-    ggml_tensor * q = l2_norm(ctx, heads(hk, 0), hp.rms_eps);
-    ggml_tensor * k = l2_norm(ctx, heads(hk, hp.ssm_k_dim()), hp.rms_eps);
-    ggml_tensor * v = heads(hv, 2 * hp.ssm_k_dim());
+        auto heads = [&](int64_t n_heads, int64_t first_channel) {
+            return ggml_view_4d(ctx, conv, dk, n_heads, m, 1, dk * f, channels * f, channels * m * f,
+                                first_channel * f);
+        };
+        ggml_tensor * q = l2_norm(ctx, heads(hk, 0), hp.rms_eps);
+        ggml_tensor * k = l2_norm(ctx, heads(hk, hp.ssm_k_dim()), hp.rms_eps);
+        ggml_tensor * v = heads(hv, 2 * hp.ssm_k_dim());
 
-    ggml_tensor * state = ggml_reshape_4d(ctx, g.rs->ssm(il), dk, dk, hv, 1);
-    ggml_tensor * result = ggml_gated_delta_net(ctx, q, k, v, decay, beta, state, g.state_slots);
-    ggml_set_output(result);  // read again after the forward, by a rollback
-    ggml_set_output(conv_input);
-    const StateSources sources{il, result, conv_input, g.state_slots};
-    g.state_sources.push_back(sources);
-    if (g.writes_state) {
-        const StateViews after = state_after_row(ctx, hp, sources, n, n - 1);
-        g.writes.push_back(ggml_cpy(ctx, after.ssm, g.rs->ssm(il)));
-        g.writes.push_back(ggml_cpy(ctx, after.conv, g.rs->conv(il)));
+        ggml_tensor * state = ggml_reshape_4d(ctx, g.rs->ssm(il, seg.seq), dk, dk, hv, 1);
+        ggml_tensor * result = ggml_gated_delta_net(ctx, q, k, v, rows(decay), rows(beta), state, seg.state_slots);
+        ggml_set_output(result);  // read again after the forward, by a rollback
+        ggml_set_output(conv_input);
+        const StateSources sources{il, seg.seq, result, conv_input, seg.state_slots};
+        g.state_sources.push_back(sources);
+        if (seg.writes_state) {
+            const StateViews after = state_after_row(ctx, hp, sources, m, m - 1);
+            g.writes.push_back(ggml_cpy(ctx, after.ssm, g.rs->ssm(il, seg.seq)));
+            g.writes.push_back(ggml_cpy(ctx, after.conv, g.rs->conv(il, seg.seq)));
+        }
+        ggml_tensor * seg_o = ggml_view_4d(ctx, result, dk, hv, m, 1, dk * f, dk * hv * f, dk * hv * m * f, 0);
+        o = o ? ggml_concat(ctx, o, seg_o, 2) : seg_o;
+        row0 += m;
     }
 
-    ggml_tensor * o = ggml_view_4d(ctx, result, dk, hv, n, 1, dk * f, dk * hv * f, dk * hv * n * f, 0);
     ggml_tensor * y = ggml_mul(ctx, rms_norm(g, o, l.ssm_norm), ggml_silu(ctx, z));
     return g.matmul(l.ssm_out, ggml_reshape_2d(ctx, y, hp.ssm_v_dim(), n));
 }

@@ -38,12 +38,12 @@ struct ForwardGraph {
     std::vector<ggml_tensor *> layer_inputs;  // the residual entering each layer: the hidden taps
     RowKernels row_kernels = RowKernels::off;  // weight products may run on ggspec's multi-row CPU kernels
 
-    // Recurrent layers (null rs: none). The builder records each layer's
-    // StateSources, and, when writes_state, appends the copies that store the
-    // last row's state to `writes`.
+    // Recurrent layers (null rs: none), over each sequence's rows in turn. The
+    // builder records each layer's and sequence's StateSources, and, for a
+    // segment that writes_state, appends the copies that store its last row's
+    // state to `writes`.
     const RecurrentState * rs = nullptr;
-    int64_t state_slots = 1;
-    bool writes_state = true;
+    std::vector<RecurrentSegment> recurrent;
     std::vector<StateSources> state_sources;
     // Body-specific results read after the forward (a DFlash2 lattice), in order.
     std::vector<ggml_tensor *> outputs;

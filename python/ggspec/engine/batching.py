@@ -18,15 +18,16 @@ from __future__ import annotations
 import time
 from collections import deque
 
+import numpy as np
+
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
 from ggspec.engine.governor import SpeculationCostGovernor
-from ggspec.engine.planner import SpeculationPlan, plan_speculation
-from ggspec.engine.request_run import RequestRun
+from ggspec.engine.planner import SpeculationPlan, drafter_attached, plan_speculation
+from ggspec.engine.request_run import RequestRun, new_execution
 from ggspec.engine.stream import Request
 from ggspec.native.sequence_view import SequenceView
 from ggspec.native.target import BatchItem, ForwardResult
 from ggspec.speculators.options import SpecOptions
-from ggspec.speculators.registry import registry
 
 
 class _Slot:
@@ -79,20 +80,23 @@ class BatchScheduler:
         if not items:
             return
         top_k = _batch_top_k([slot.execution.forward_top_k for slot, _ in parts])
+        taps = _batch_taps([slot.execution.hidden_taps for slot, _ in parts])
         t0 = time.perf_counter()
         try:
-            out = self.target.forward_batch(items, top_k=top_k)
+            out = self.target.forward_batch(items, top_k=top_k, hidden_layers=taps)
         except Exception as e:  # noqa: BLE001 - handed to each request in the batch
             for slot, _ in parts:
                 self._fail(slot, e)
             return
         elapsed = time.perf_counter() - t0
-        row = 0
+        row = out_row = 0
         for (slot, part), item in zip(parts, items):
             n_out = {"all": len(item.tokens), "last": 1, "none": 0}[item.head]
-            rows = ForwardResult(logits=out.logits[row:row + n_out],
-                                 ids=None if out.ids is None else out.ids[row:row + n_out], hidden=None)
-            row += n_out
+            hidden = _tap_columns(out.hidden, row, len(item.tokens), taps, slot.execution.hidden_taps)
+            rows = ForwardResult(logits=out.logits[out_row:out_row + n_out],
+                                 ids=None if out.ids is None else out.ids[out_row:out_row + n_out], hidden=hidden)
+            row += len(item.tokens)
+            out_row += n_out
             slot.run.max_batch_slots = max(slot.run.max_batch_slots, len(items))
             try:
                 self._take(slot, part, rows, elapsed)
@@ -115,17 +119,24 @@ class BatchScheduler:
 
     def _start(self, request: Request, seq: int) -> RequestRun:
         view = SequenceView(self.target, seq)
-        plan = _plan_for_slot(view, request.spec)
-        speculator = plan.speculator
-        if speculator is not None:
-            speculator.reset()
-        execution = SpeculativeExecution(view, request.sampler, speculator, governor=plan.governor,
-                                         stats=plan.new_stats(), draft_cap=plan.options.draft,
-                                         accept=plan.options.accept)
+        execution = new_execution(view, self._speculation_plan(view, request.spec), request.sampler)
         view.reset()
         run = RequestRun(self.model.tokenizer, request, execution)
         run.start()
         return run
+
+    def _speculation_plan(self, view: SequenceView, options: SpecOptions) -> SpeculationPlan:
+        """plan_speculation on the slot's sequence; one block drafter serves every slot, so a
+        request for another one waits for no slot to be drafting with the attached one."""
+        if options.draft_model and not drafter_attached(self.target, options):
+            users = [slot.seq for slot in self.order
+                     if slot.execution.speculator is not None and slot.execution.speculator.name == "block"]
+            if users:
+                reason = (f"block: slot {users[0]} drafts with the attached drafter "
+                          f"{self.target.block_drafter.path}; one drafter serves every slot")
+                return SpeculationPlan(None, SpeculationCostGovernor(enabled=options.governor), options,
+                                       reason if options.enabled else None)
+        return plan_speculation(view, options)
 
     def _plan(self) -> tuple[list[BatchItem], list[tuple[_Slot, object]]]:
         items: list[BatchItem] = []
@@ -153,10 +164,13 @@ class BatchScheduler:
             execution.stats.seconds["verify"] += elapsed
             emitted = execution.finish_step(part, out)
         else:
+            start = slot.prefilled
+            chunk = slot.prompt[start:start + part]
             slot.prefilled += part
             if slot.prefilled < len(slot.prompt):
+                execution.commit_prompt(chunk, out.hidden, start)
                 return
-            emitted = [execution.finish_prefill(slot.prompt, out)]
+            emitted = [execution.finish_prefill(chunk, out, start)]
         slot.history.extend(emitted)
         slot.produced += len(emitted)
         run.take(emitted)
@@ -200,14 +214,21 @@ def _batch_top_k(wanted: list[int]) -> int:
     return 0 if 0 in wanted else max(wanted)
 
 
-def _plan_for_slot(view: SequenceView, options: SpecOptions) -> SpeculationPlan:
-    if options.enabled and (options.draft_model or (options.spec_type != "auto"
-                                                   and registry.needs_drafter(options.spec_type))):
-        name = "block" if options.draft_model else options.spec_type
-        return SpeculationPlan(None, SpeculationCostGovernor(enabled=options.governor), options,
-                               f"{name}: its drafter serves one sequence; with slots > 1 only ngram "
-                               f"speculates for now")
-    return plan_speculation(view, options)
+def _batch_taps(wanted: list[tuple]) -> tuple:
+    """The hidden rows the whole forward returns: every slot's taps, each once."""
+    return tuple(dict.fromkeys(tap for taps in wanted for tap in taps))
+
+
+def _tap_columns(hidden, row: int, n: int, taps: tuple, wanted: tuple):
+    """Rows [row, row + n) of a batch's hidden rows, with the columns of the taps one
+    slot asked for (None when it asked for none)."""
+    if not wanted:
+        return None
+    rows = hidden[row:row + n]
+    if wanted == taps:
+        return rows
+    width = hidden.shape[1] // len(taps)
+    return np.concatenate([rows[:, taps.index(t) * width:(taps.index(t) + 1) * width] for t in wanted], axis=1)
 
 
 __all__ = ["BatchScheduler"]

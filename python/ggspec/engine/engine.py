@@ -11,9 +11,8 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from ggspec.engine.batching import BatchScheduler
-from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.planner import SpeculationPlan, check_draft_model, plan_speculation
-from ggspec.engine.request_run import RequestRun
+from ggspec.engine.request_run import RequestRun, new_execution
 from ggspec.engine.sampling import Sampler, SamplerConfig, random_seed
 from ggspec.engine.stream import Generation, GenerationStream, Request
 from ggspec.native.target import ContextOverflowError, token_array
@@ -45,9 +44,6 @@ class Engine:
     def __init__(self, model, slots: int = 1):
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots must be a positive integer, got {slots!r}")
-        if slots > 1 and model.target.recurrent:
-            raise ValueError(f"slots={slots}: this {model.target.arch} model's recurrent state holds one sequence; "
-                             f"several slots are not supported for it yet")
         self.model = model
         self.slots = slots
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -185,7 +181,7 @@ def run_request(model, request: Request) -> Generation:
     spec = request.spec
     plan = spec if isinstance(spec, SpeculationPlan) else plan_speculation(target, spec)
     reused = _reuse(model, request.session, request.prompt_ids)
-    run = RequestRun(model.tokenizer, request, _execution(target, plan, request.sampler, reused), reused)
+    run = RequestRun(model.tokenizer, request, new_execution(target, plan, request.sampler, reused), reused)
     if not reused:
         target.reset()
     run.start()
@@ -221,20 +217,6 @@ def _reuse(model, session: object | None, ids: list[int]) -> int:
         except ValueError:  # a sliding-window cache no longer holds that far back
             return 0
     return common
-
-
-def _execution(target, plan: SpeculationPlan, sampler: Sampler, reused: int) -> SpeculativeExecution:
-    speculator = plan.speculator
-    stats = plan.new_stats()
-    if speculator is not None and reused and not speculator.can_arm_after_prefix_reuse:
-        stats.decline_reason = (f"{speculator.name}: cannot arm after a reused prefix "
-                                f"({reused} positions it never saw)")
-        stats.spec_type = "none"
-        speculator = None
-    if speculator is not None:
-        speculator.reset()  # a new sequence, or a new turn of one: it re-reads the history
-    return SpeculativeExecution(target, sampler, speculator, governor=plan.governor, stats=stats,
-                                draft_cap=plan.options.draft, accept=plan.options.accept)
 
 
 def check_prompt(model, prompt_ids: list[int]) -> None:

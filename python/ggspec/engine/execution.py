@@ -81,13 +81,18 @@ class SpeculativeExecution:
                                                                      hidden_layers=self._taps), position)
 
     def finish_prefill(self, tokens: Sequence[int], out, position: int = 0) -> int:
-        """The prompt's forward `out` (its last row's LM head): commits the prompt and
-        samples the first token."""
-        if self.speculator is not None and not self.speculator.handles_own_prefill:
-            self.speculator.commit(tokens, out.hidden, position)
-        self._hidden = None if out.hidden is None else out.hidden[-1:]
+        """The forward `out` of the prompt's tokens at positions position.. (its last
+        row's LM head): commits them and samples the first token."""
+        self.commit_prompt(tokens, out.hidden, position)
         return self.sampler.sample(out.logits[-1], None if out.ids is None else out.ids[-1],
                                    position + len(tokens))
+
+    def commit_prompt(self, tokens: Sequence[int], hidden, position: int) -> None:
+        """Prompt tokens at positions position.. are in the KV (a chunk of the prompt
+        when a scheduler forwards it piecewise), with their rows at hidden_taps."""
+        if self.speculator is not None and not self.speculator.handles_own_prefill:
+            self.speculator.commit(tokens, hidden, position)
+        self._hidden = None if hidden is None else hidden[-1:]
 
     def step(self, history: Sequence[int], budget: int) -> list[int]:
         """history ends with the pending token; emits between 1 and `budget` tokens."""
@@ -96,6 +101,11 @@ class SpeculativeExecution:
             out = self.target.spec_forward(plan.rows, all_logits=plan.verifies, top_k=self._top_k,
                                            hidden_layers=self._taps)
         return self.finish_step(plan, out)
+
+    @property
+    def hidden_taps(self) -> tuple:
+        """The hidden rows this sequence's forwards return (the speculator's taps)."""
+        return self._taps
 
     @property
     def forward_top_k(self) -> int:

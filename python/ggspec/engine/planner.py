@@ -44,14 +44,19 @@ def check_draft_model(path: str) -> str:
     return arch
 
 
+def drafter_attached(target, options: SpecOptions) -> bool:
+    """Whether the target's block drafter is options.draft_model with its switches."""
+    attached = target.block_drafter
+    return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
+            and attached.switches == options.drafter_switches())
+
+
 def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
     """Calls into the target (attaching the drafter): run it where the target's calls run."""
     governor = SpeculationCostGovernor(enabled=options.governor)
     if options.draft_model:
         check_draft_model(options.draft_model)
-        attached = target.block_drafter
-        if (attached is None or os.path.realpath(attached.path) != os.path.realpath(options.draft_model)
-                or attached.switches != options.drafter_switches()):
+        if not drafter_attached(target, options):
             target.attach_drafter(options.draft_model, **options.drafter_switches())
     if not options.enabled:
         return SpeculationPlan(None, governor, options)
@@ -59,4 +64,4 @@ def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
     return SpeculationPlan(speculator, governor, options, reason)
 
 
-__all__ = ["SpeculationPlan", "plan_speculation", "check_draft_model", "SUPPORTED_DRAFTERS"]
+__all__ = ["SpeculationPlan", "plan_speculation", "drafter_attached", "check_draft_model", "SUPPORTED_DRAFTERS"]

@@ -8,6 +8,8 @@ import time
 from typing import Any
 
 from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.planner import SpeculationPlan
+from ggspec.engine.sampling import Sampler
 from ggspec.engine.stream import Generation, Request
 from ggspec.text import StreamDecoder
 
@@ -68,6 +70,21 @@ class RequestRun:
         return result
 
 
+def new_execution(target, plan: SpeculationPlan, sampler: Sampler, reused: int = 0) -> SpeculativeExecution:
+    """The request's runtime on `target` (a Target, or one sequence of it) under `plan`."""
+    speculator = plan.speculator
+    stats = plan.new_stats()
+    if speculator is not None and reused and not speculator.can_arm_after_prefix_reuse:
+        stats.decline_reason = (f"{speculator.name}: cannot arm after a reused prefix "
+                                f"({reused} positions it never saw)")
+        stats.spec_type = "none"
+        speculator = None
+    if speculator is not None:
+        speculator.reset()  # a new sequence, or a new turn of one: it re-reads the history
+    return SpeculativeExecution(target, sampler, speculator, governor=plan.governor, stats=stats,
+                                draft_cap=plan.options.draft, accept=plan.options.accept)
+
+
 class _Clock:
     def __init__(self):
         self.t_start = self.t_prompt = self.t_last = None
@@ -96,4 +113,4 @@ class _Clock:
         }
 
 
-__all__ = ["RequestRun"]
+__all__ = ["RequestRun", "new_execution"]

@@ -46,24 +46,31 @@ class Draft:
 
 
 class BlockDrafter:
-    def __init__(self, core, lock, *, conv: bool, selector: bool, fused: bool):
+    """The drafter's passes on one sequence of the target (seq; for_sequence gives another's)."""
+
+    def __init__(self, core, lock, *, conv: bool, selector: bool, fused: bool, seq: int = 0):
         self._core = core
         self._lock = lock  # the target's: the drafter runs inside the same core
         self.switches = {"conv": conv, "selector": selector, "fused": fused}  # as attached
+        self.seq = seq
         self.path = core.drafter_path
         self.target_layers = tuple(core.drafter_target_layers)
         self.block_size = core.drafter_block_size
         self.mask_token = core.drafter_mask_token
 
+    def for_sequence(self, seq: int) -> "BlockDrafter":
+        """The same drafter on sequence `seq`: its own KV region, as the trunk's."""
+        return BlockDrafter(self._core, self._lock, **self.switches, seq=seq)
+
     def inject(self, features: np.ndarray, start: int) -> None:
         """Passes A+B: committed rows' features [n, len(target_layers) * n_embd] at positions start.."""
         with self._lock:
-            self._core.drafter_inject(features, int(start))
+            self._core.drafter_inject(features, int(start), self.seq)
 
     def draft(self, anchor: int, position: int, n_block: int, top_k: int) -> Draft:
         """Pass C over [anchor, MASK x (n_block - 1)] at positions position.. ."""
         with self._lock:
-            return Draft(*self._core.drafter_draft(int(anchor), int(position), int(n_block), int(top_k)))
+            return Draft(*self._core.drafter_draft(int(anchor), int(position), int(n_block), int(top_k), self.seq))
 
     @property
     def readback_bytes(self) -> int:

@@ -16,26 +16,33 @@ Step = tuple[np.ndarray, np.ndarray, np.ndarray]  # top-k logits, top-k ids (bes
 
 
 class NextnHead:
-    def __init__(self, core, lock):
+    """The head's rows of one sequence of the target (seq; for_sequence gives another's)."""
+
+    def __init__(self, core, lock, seq: int = 0):
         self._core = core
         self._lock = lock  # the target's: the head runs inside the same core
+        self.seq = seq
+
+    def for_sequence(self, seq: int) -> "NextnHead":
+        """The same head on sequence `seq`: its own KV region, as the trunk's."""
+        return NextnHead(self._core, self._lock, seq)
 
     def draft_catch_up(self, tokens: Sequence[int], hidden: np.ndarray, start: int) -> None:
         """Rows with exact inputs (committed tokens, the trunk's rows before them) into the
         head's KV at positions start..; forgets what the head held from `start` on."""
         with self._lock:
-            self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), 0)
+            self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), 0, self.seq)
 
     def draft_step(self, token: int, hidden_row: np.ndarray, position: int, top_k: int) -> Step:
         """One row: `token` at `position`, reading hidden_row [n_embd]."""
         with self._lock:
             return self._core.head_forward(np.asarray([token], np.int32), hidden_row.reshape(1, -1), int(position),
-                                           int(top_k))
+                                           int(top_k), self.seq)
 
     def draft_catch_up_and_step(self, tokens: Sequence[int], hidden: np.ndarray, start: int, top_k: int) -> Step:
         """The catch-up over all but the last row and the step on the last, as ONE graph."""
         with self._lock:
-            return self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), int(top_k))
+            return self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), int(top_k), self.seq)
 
     @property
     def graph_calls(self) -> int:

@@ -12,23 +12,45 @@ from typing import Sequence
 
 import numpy as np
 
+from ggspec.native.block_drafter import BlockDrafter
+from ggspec.native.nextn_head import NextnHead
 from ggspec.native.target import ForwardResult, Tap, Target
 
 
 class SequenceView:
-    """Sequence `seq` of `target` (an attention-only trunk: recurrent ones hold one)."""
-
-    verify_persists_accepted_kv = True  # an attention cache rewinds; nothing re-forwards
-    state_transfer_bytes = 0
+    """Sequence `seq` of `target`: its KV region, recurrent state and drafter regions."""
 
     def __init__(self, target: Target, seq: int):
         self.target = target
         self.seq = seq
 
     n_vocab = property(lambda self: self.target.n_vocab)
+    n_embd = property(lambda self: self.target.n_embd)
     max_context_length = property(lambda self: self.target.max_context_length)
     max_verify_rows = property(lambda self: self.target.max_verify_rows)
     graph_builds = property(lambda self: self.target.graph_builds)
+    verify_persists_accepted_kv = property(lambda self: self.target.verify_persists_accepted_kv)
+
+    @property
+    def state_transfer_bytes(self) -> int:
+        return self.target.sequence_state_transfer_bytes(self.seq)
+
+    @property
+    def nextn_head(self) -> NextnHead | None:
+        """The file's draft head on this sequence (its own KV region), or None."""
+        head = self.target.nextn_head
+        return None if head is None else head.for_sequence(self.seq)
+
+    @property
+    def block_drafter(self) -> BlockDrafter | None:
+        """The attached block drafter on this sequence, or None."""
+        drafter = self.target.block_drafter
+        return None if drafter is None else drafter.for_sequence(self.seq)
+
+    def attach_drafter(self, path, **switches) -> BlockDrafter:
+        """Attaches a block drafter to the whole target (every sequence's drafter
+        region starts empty); returns it on this sequence."""
+        return self.target.attach_drafter(path, **switches).for_sequence(self.seq)
 
     @property
     def cache_seq_len(self) -> int:
@@ -46,10 +68,10 @@ class SequenceView:
         self.target.reset_sequence(self.seq)
 
     def snapshot_recurrent(self) -> None:
-        """Nothing to keep: an attention cache rolls back by rewinding."""
+        self.target.snapshot_recurrent(self.seq)
 
     def restore_recurrent(self) -> None:
-        """Nothing to restore (see snapshot_recurrent)."""
+        self.target.restore_recurrent(self.seq)
 
 
 __all__ = ["SequenceView"]

@@ -169,8 +169,20 @@ class Target:
 
     @property
     def recurrent(self) -> bool:
-        """Whether the trunk has recurrent layers (qwen35): their state holds one sequence."""
+        """Whether the trunk has recurrent layers (qwen35): each sequence keeps its state."""
         return self._core.recurrent_state_bytes > 0
+
+    @property
+    def memory(self) -> dict[str, int]:
+        """What the caches take, in bytes: the KV cache (every sequence's region, each
+        the same size), the recurrent states (one per sequence), and what a verify keeps
+        per row to roll back without a re-forward; a batch keeps at most max_verify_rows
+        such rows for each verifying sequence, in its graph's memory."""
+        with self._lock:
+            n = self._core.n_seqs
+            return {"sequences": n, "kv_bytes": self._core.kv_bytes, "kv_bytes_per_sequence": self._core.kv_bytes // n,
+                    "recurrent_state_bytes": self._core.recurrent_state_bytes,
+                    "verify_row_state_bytes": self._core.state_row_bytes}
 
     @property
     def max_verify_rows(self) -> int:
@@ -182,6 +194,11 @@ class Target:
     def state_transfer_bytes(self) -> int:
         """Recurrent-state bytes moved between host and device so far (0 on the default path)."""
         return self._core.state_transfer_bytes
+
+    def sequence_state_transfer_bytes(self, seq: int) -> int:
+        """The same for one sequence, since the cache was sized (set_sequences)."""
+        with self._lock:
+            return self._core.state_transfer_bytes_of(_index("sequence", seq))
 
     @property
     def cache_seq_len(self) -> int:
@@ -244,8 +261,9 @@ class Target:
         return self._core.n_seqs
 
     def set_sequences(self, n: int) -> None:
-        """Sizes the KV cache for n sequences (each of max_context_length positions).
-        A change empties every sequence. Recurrent trunks (qwen35) hold one."""
+        """Sizes the KV cache for n sequences (each of max_context_length positions), with
+        a recurrent state for each on a recurrent trunk (qwen35), and the drafters' caches.
+        A change empties every sequence."""
         n = _index("sequences", n)
         with self._lock:
             self._core.set_n_seqs(n)
@@ -275,13 +293,17 @@ class Target:
             self._core.ensure_capacity(n)
 
     def rewind(self, length: int, seq: int = 0) -> None:
-        """Keeps the first `length` positions of sequence `seq` and forgets the rest."""
+        """Keeps the first `length` positions of sequence `seq` and forgets the rest.
+
+        On a recurrent trunk the state must reach `length`: a row of the sequence's last
+        verify, or where it is. A forward settles every sequence's verify at its length
+        first, so roll a sequence back before forwarding the others."""
         length = _index("rewind length", length)
         with self._lock:
             self._core.rewind(length, _index("sequence", seq))
 
     def reset_sequence(self, seq: int) -> None:
-        """Empties one sequence of the cache (the drafters' caches are the first sequence's)."""
+        """Empties one sequence of the cache, and the drafters' region of it."""
         with self._lock:
             self._core.reset_seq(_index("sequence", seq))
 
@@ -290,17 +312,17 @@ class Target:
         with self._lock:
             self._core.set_recurrent_rollback(path)
 
-    def snapshot_recurrent(self) -> None:
-        """Before a verify on the "reforward" path: keeps the recurrent state on the host.
-        A no-op elsewhere (a verify keeps the state after each of its rows)."""
+    def snapshot_recurrent(self, seq: int = 0) -> None:
+        """Before a verify on the "reforward" path: keeps sequence seq's recurrent state on
+        the host. A no-op elsewhere (a verify keeps the state after each of its rows)."""
         with self._lock:
-            self._core.snapshot_recurrent()
+            self._core.snapshot_recurrent(_index("sequence", seq))
 
-    def restore_recurrent(self) -> None:
+    def restore_recurrent(self, seq: int = 0) -> None:
         """The "reforward" path's rollback: the state before the verify again (then rewind
         to where it was and re-forward the kept rows). A no-op elsewhere."""
         with self._lock:
-            self._core.restore_recurrent()
+            self._core.restore_recurrent(_index("sequence", seq))
 
     def reset(self) -> None:
         """Empties the sequence."""
