@@ -35,7 +35,9 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     const Hparams & hp = body_.hp;
     const ModelWeights & w = body_.w;
     auto cg = std::make_unique<CachedGraph>();
-    const size_t max_nodes = 64 * (size_t) hp.n_layer + 512;
+    // A recurrent layer adds its per-sequence chain (views, conv, delta rule, state
+    // writes, the output's concat: about 25 nodes) for each sequence in the batch.
+    const size_t max_nodes = 64 * (size_t) hp.n_layer + 512 + 32 * (size_t) (hp.n_layer * key.recurrent.size());
     ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
                                nullptr, true};
     cg->ctx = ggml_init(params);

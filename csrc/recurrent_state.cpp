@@ -11,7 +11,7 @@
 namespace ggspec {
 
 RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_seqs)
-    : hp_(hp), n_seqs_(n_seqs) {
+    : hp_(hp) {
     const size_t n = (size_t) (n_seqs * hp.n_layer);
     ggml_init_params params = {ggml_tensor_overhead() * 2 * n, nullptr, true};
     ctx_ = ggml_init(params);

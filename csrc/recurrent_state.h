@@ -32,7 +32,6 @@ public:
     // [dk, dk, Hv], ggml's transposed layout
     ggml_tensor * ssm(int64_t il, int64_t seq = 0) const { return ssm_[seq * hp_.n_layer + il]; }
     const Hparams & hparams() const { return hp_; }
-    int64_t n_seqs() const { return n_seqs_; }
 
     void clear();               // zeros: the state before the first token, every sequence's
     void clear(int64_t seq);
@@ -46,7 +45,6 @@ public:
 
 private:
     const Hparams & hp_;
-    int64_t n_seqs_;
     ggml_context * ctx_ = nullptr;
     ggml_backend_buffer_t buffer_ = nullptr;
     std::vector<ggml_tensor *> conv_, ssm_;  // [seq * n_layer + il]; null for attention layers

@@ -124,7 +124,13 @@ void Target::make_cache(int64_t n_seqs) {
 void Target::set_n_seqs(int64_t n) {
     if (n < 1) throw std::invalid_argument("a target holds at least one sequence, got " + std::to_string(n));
     if (n == n_seqs()) return;
-    make_cache(n);
+    const int64_t old = n_seqs();
+    try {
+        make_cache(n);
+    } catch (...) {
+        make_cache(old);  // never left without a cache
+        throw;
+    }
 }
 
 DrafterOptions Target::drafter_options() const {
@@ -210,7 +216,10 @@ void Target::check_batch(const std::vector<BatchItem> & items, int top_k, const 
 void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps,
                            const ForwardOutputs & out) {
     check_batch(items, top_k, taps);
-    if (rs_) settle_pending();
+    if (rs_) {
+        settle_pending();
+        for (const BatchItem & item : items) settle_state(kv_->seq_len(item.seq), item.seq);  // where each must be
+    }
     std::vector<Segment> segments;
     std::vector<int32_t> tokens, out_rows;
     std::vector<int64_t> start_lens;
@@ -239,8 +248,10 @@ void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, cons
     key.top_k = key.n_out > 0 ? top_k : 0;
     key.taps = taps;
     runner_->size_kv(key, segments);
+    bool computing = false;
     try {
         CachedGraph & g = runner_->prepare(key, segments, tokens.data(), nullptr, out_rows.data());
+        computing = true;
         runner_->compute(g);
         for (size_t i = 0; i < key.recurrent.size(); ++i) {
             const RecurrentSegment & seg = key.recurrent[i];
@@ -251,8 +262,8 @@ void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, cons
         runner_->read_outputs(g, key, 0, 0, out);
     } catch (...) {
         for (size_t i = 0; i < items.size(); ++i) {
-            // a recurrent state may be part written: that sequence starts over
-            if (rs_) reset_seq(items[i].seq);
+            // a recurrent state the graph began to write: that sequence starts over
+            if (rs_ && computing) reset_seq(items[i].seq);
             else kv_->rewind(start_lens[i], items[i].seq);  // never the ring's limit
         }
         throw;
@@ -300,7 +311,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
             if (rs_) settle_state(start_len, req.seq);
             kv_->rewind(start_len, req.seq);
         } catch (const std::exception &) {
-            n_seqs() == 1 ? reset() : reset_seq(req.seq);
+            reset_seq(req.seq);
         }
         throw;
     }

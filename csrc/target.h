@@ -88,8 +88,10 @@ public:
     // Throws (naming the problem) for a batch forward_batch() would refuse.
     void check_batch(const std::vector<BatchItem> & items, int top_k, const std::vector<int> & taps) const;
     int64_t max_batch_rows() const { return std::max(opt_.prefill_chunk, opt_.max_verify_rows); }
-    // The sequences the cache holds, each n_ctx() positions. Growing or
-    // shrinking empties every sequence; recurrent trunks hold one.
+    // The sequences the cache holds, each n_ctx() positions, with a recurrent
+    // state each on a recurrent trunk, and the drafters' regions. Growing or
+    // shrinking empties every sequence; if the new size cannot be allocated,
+    // the old one is rebuilt (empty) and the error rethrown.
     void set_n_seqs(int64_t n);
     int64_t n_seqs() const { return kv_->n_seqs(); }
 

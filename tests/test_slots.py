@@ -65,7 +65,8 @@ def test_batched_rows_have_each_sequences_solo_bits(targets, steps):
         expected = np.concatenate(want) if want else np.zeros((0, batched.n_vocab), np.float32)
         assert _bits(got.logits) == _bits(expected), f"LM-head rows of {[b for b, _ in batch]}"
         assert _bits(got.hidden) == _bits(np.concatenate([h for _, h in batch])), "hidden rows"
-        if rewind is not None and rewind[0] in items:  # a forward settles the others' verifies
+        # a forward settles every recurrent sequence's verify: only the batch's may roll back into theirs
+        if rewind is not None and (not batched.recurrent or rewind[0] in items):
             seq, back = rewind
             length = max(0, alone[seq].cache_seq_len - back)
             try:
@@ -115,6 +116,21 @@ def test_bad_batches_are_refused_by_name(tiny_model):
     assert target.sequence_length(0) == 0 and target.sequence_length(1) == 64  # a refused batch changes nothing
     with pytest.raises(ValueError, match="at least one sequence"):
         target.set_sequences(0)
+
+
+def test_a_deep_recurrent_trunk_batches_many_sequences(tiny_model):
+    """Each sequence adds its own recurrent chain to every recurrent layer of the graph."""
+    path = tiny_model("qwen35", "q8_0", n_layer=40)
+    batched = ggspec.load(path, n_ctx=64, prefill_chunk=16)
+    batched.set_sequences(8)
+    alone = ggspec.load(path, n_ctx=64, prefill_chunk=16)
+    items = [BatchItem(seq, [5 + seq, 9, 11 + seq][:1 + seq % 3], "all") for seq in range(8)]
+    got = batched.forward_batch(items).logits
+    want = []
+    for item in items:
+        alone.reset()
+        want.append(alone.spec_forward(item.tokens, all_logits=True).logits)
+    assert _bits(got) == _bits(np.concatenate(want))
 
 
 def test_memory_grows_by_one_sequence_per_slot(tiny_model):

@@ -1,6 +1,7 @@
 #include "models/delta_net.h"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "models/layers.h"
 
@@ -35,6 +36,7 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
 
     // The recurrence runs per sequence, on its own state, exactly as that
     // sequence alone would run it; one sequence takes the tensors whole.
+    if (g.recurrent.empty()) throw std::logic_error("a recurrent layer's graph key names no sequence's rows");
     const bool whole = g.recurrent.size() == 1;
     ggml_tensor * o = nullptr;  // [dk, hv, n, 1]
     int64_t row0 = 0;
