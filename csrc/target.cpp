@@ -224,18 +224,12 @@ void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, cons
     std::vector<int32_t> tokens, out_rows;
     std::vector<int64_t> start_lens;
     GraphKey key;
-    std::vector<bool> keeps;  // recurrent: the sequence's verify keeps the state after each row
+    auto keeps = [&](const BatchItem & item) { return keeps_rows(item.n_tokens, item.head == BatchItem::Head::all); };
     for (const BatchItem & item : items) {
         const int32_t row0 = (int32_t) tokens.size();
         segments.push_back({item.seq, item.n_tokens});
         start_lens.push_back(kv_->seq_len(item.seq));
-        if (rs_) {  // as forward() runs the sequence alone
-            const bool keep = item.head == BatchItem::Head::all && item.n_tokens <= max_verify_rows() &&
-                              rollback_ != Rollback::reforward;
-            key.recurrent.push_back({item.seq, item.n_tokens, keep ? item.n_tokens : 1,
-                                     !keep || rollback_ == Rollback::snapshots_host});
-            keeps.push_back(keep);
-        }
+        if (rs_) key.recurrent.push_back(recurrent_segment(item.seq, item.n_tokens, keeps(item)));  // as alone
         tokens.insert(tokens.end(), item.tokens, item.tokens + item.n_tokens);
         if (item.head == BatchItem::Head::all) {
             for (int64_t r = 0; r < item.n_tokens; ++r) out_rows.push_back(row0 + (int32_t) r);
@@ -254,10 +248,7 @@ void Target::forward_batch(const std::vector<BatchItem> & items, int top_k, cons
         computing = true;
         runner_->compute(g);
         for (size_t i = 0; i < key.recurrent.size(); ++i) {
-            const RecurrentSegment & seg = key.recurrent[i];
-            SeqState & st = seq_states_[seg.seq];
-            st.len = seg.writes_state ? start_lens[i] + seg.n_rows : start_lens[i];
-            st.pending = keeps[i] ? PendingState{&g, start_lens[i], seg.n_rows, seg.writes_state} : PendingState{};
+            record_state(key.recurrent[i], start_lens[i], keeps(items[i]), g);
         }
         runner_->read_outputs(g, key, 0, 0, out);
     } catch (...) {
@@ -278,9 +269,7 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
         settle_pending();
         settle_state(start_len, req.seq);  // where the state must be
     }
-    // A verify keeps the state after each row, to roll back to without a re-forward.
-    const bool keep_rows = rs_ && req.all_rows && n <= max_verify_rows() &&
-                           rollback_ != Rollback::reforward;
+    const bool keep_rows = rs_ && keeps_rows(n, req.all_rows);
     try {
         int64_t pos0 = 0;
         runner_->run(
@@ -289,19 +278,11 @@ void Target::forward(const ForwardRequest & req, const ForwardOutputs & out) {
                 key.n_out = req.all_rows ? c.n_rows : (c.last ? 1 : 0);
                 key.top_k = key.n_out > 0 ? req.top_k : 0;
                 key.taps = req.taps;
-                if (rs_) {
-                    key.recurrent = {{req.seq, c.n_rows, keep_rows ? c.n_rows : 1,
-                                      !keep_rows || rollback_ == Rollback::snapshots_host}};
-                }
+                if (rs_) key.recurrent = {recurrent_segment(req.seq, c.n_rows, keep_rows)};
                 pos0 = kv_->seq_len(req.seq);
             },
             [&](CachedGraph & g, const GraphKey & key, const Chunk & c) {
-                if (rs_) {
-                    const bool writes = key.recurrent[0].writes_state;
-                    SeqState & st = seq_states_[req.seq];
-                    st.len = writes ? pos0 + c.n_rows : pos0;
-                    st.pending = keep_rows ? PendingState{&g, pos0, c.n_rows, writes} : PendingState{};
-                }
+                if (rs_) record_state(key.recurrent[0], pos0, keep_rows, g);
                 runner_->read_outputs(g, key, c.done, req.all_rows ? c.done : 0, out);
             },
             req.seq);
@@ -332,7 +313,7 @@ void Target::reset() {
     if (head_) head_->reset();
     if (drafter_) drafter_->reset();
     if (rs_) rs_->clear();
-    for (SeqState & st : seq_states_) st = SeqState{{}, 0, {}, -1, st.transfer_bytes};
+    for (SeqState & st : seq_states_) st.empty();
 }
 
 void Target::reset_seq(int64_t seq) {
@@ -341,8 +322,7 @@ void Target::reset_seq(int64_t seq) {
     if (head_) head_->reset_seq(seq);
     if (drafter_) drafter_->reset_seq(seq);
     if (rs_) rs_->clear(seq);
-    SeqState & st = seq_states_[seq];
-    st = SeqState{{}, 0, {}, -1, st.transfer_bytes};
+    seq_states_[seq].empty();
 }
 
 void Target::settle_state(int64_t length, int64_t seq) {
@@ -362,6 +342,21 @@ void Target::settle_state(int64_t length, int64_t seq) {
             std::to_string(st.len) + " and keeps only the rows of its last verify (reset and re-forward instead)");
     }
     st.pending = {};
+}
+
+bool Target::keeps_rows(int64_t n, bool all_rows) const {
+    return all_rows && n <= max_verify_rows() && rollback_ != Rollback::reforward;
+}
+
+RecurrentSegment Target::recurrent_segment(int64_t seq, int64_t rows, bool keep) const {
+    // A kept verify stores no live state unless the host path copies from it anyway.
+    return {seq, rows, keep ? rows : 1, !keep || rollback_ == Rollback::snapshots_host};
+}
+
+void Target::record_state(const RecurrentSegment & seg, int64_t start, bool keep, CachedGraph & g) {
+    SeqState & st = seq_states_[seg.seq];
+    st.len = seg.writes_state ? start + seg.n_rows : start;
+    st.pending = keep ? PendingState{&g, start, seg.n_rows, seg.writes_state} : PendingState{};
 }
 
 void Target::settle_pending() {

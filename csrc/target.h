@@ -169,6 +169,8 @@ private:
         std::vector<uint8_t> snapshot;  // the re-forward path's host copy
         int64_t snapshot_len = -1;
         uint64_t transfer_bytes = 0;
+
+        void empty() { *this = SeqState{{}, 0, {}, -1, transfer_bytes}; }  // the bytes moved stay counted
     };
 
     // Makes sequence seq's live recurrent state the state after `length`
@@ -176,6 +178,13 @@ private:
     void settle_state(int64_t length, int64_t seq);
     // Every sequence's pending verify, at the sequence's length: before a forward.
     void settle_pending();
+    // Whether a forward of n rows keeps the state after each of them: a verify
+    // that may roll back without a re-forward.
+    bool keeps_rows(int64_t n, bool all_rows) const;
+    // How `rows` of sequence seq run through the recurrent layers.
+    RecurrentSegment recurrent_segment(int64_t seq, int64_t rows, bool keep) const;
+    // After a forward in graph g: the sequence's live state and its pending rows.
+    void record_state(const RecurrentSegment & seg, int64_t start, bool keep, CachedGraph & g);
     DrafterOptions drafter_options() const;
     void commit_row(int64_t row, int64_t seq);
     void move_state_bytes(size_t bytes, int64_t seq);
