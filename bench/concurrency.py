@@ -2,6 +2,15 @@
 
     python -m bench.concurrency                     # both models, concurrency 1 2 4 8, plain and n-gram
     python -m bench.concurrency --models gemma3-270m-q4_k_m --levels 4 --rounds 1
+    python -m bench.concurrency --workloads system chat   # prefix-sharing workloads
+
+Workloads: "fresh" (every prompt computed anew: both sides' prompt caches off),
+"system" (a shared system prompt, then each request's own question) and "chat"
+(two turns per conversation, the second the first's prompt and reply, then an
+instruction to repeat it); on the last two both sides cache prompts (ggspec's
+prefix cache, llama-server's cache_prompt with its --cache-ram), and the table
+shows each side's share of prompt tokens served from its cache, and for chat
+the second turn's generation speed.
 
 At each concurrency N, N clients each send --requests requests one after the
 other (a closed loop, so N are always in flight), greedy, EOS ignored, the same
@@ -36,6 +45,8 @@ from bench.spec_prompts import DOCUMENT, SUITES
 
 SUITE_NAMES = ("document", "code", "prose")
 CONFIGS = ("plain", "ngram")
+WORKLOADS = ("fresh", "system", "chat")
+CHAT_FOLLOW_UP = "\n\nRepeat your answer above word for word:\n"
 LLAMA_NGRAM = "ngram-simple"  # llama-server's --spec-type for the n-gram config
 MIN_TOKENS, MAX_TOKENS = 128, 256
 
@@ -55,6 +66,18 @@ def prompt_ids(model: ggspec.Model) -> list[list[int]]:
     return out
 
 
+def workload_jobs(model: ggspec.Model, workload: str, prompts: list[list[int]], n_jobs: int) -> list[list]:
+    """Each job: its first prompt's ids, then the ids each later turn appends to the
+    conversation so far (its prompt and reply)."""
+    if workload == "fresh":
+        return [[prompts[i % len(prompts)]] for i in range(n_jobs)]
+    if workload == "system":
+        system = model.encode_prompt(DOCUMENT)[:192]
+        return [[system + prompts[i % len(prompts)][-48:]] for i in range(n_jobs)]
+    follow_up = model.tokenizer.encode(CHAT_FOLLOW_UP, add_special=False, parse_special=True)
+    return [[prompts[i % len(prompts)], follow_up] for i in range(n_jobs)]
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -66,22 +89,32 @@ def _level_stats(runs: list[dict], wall: float) -> dict:
     ttft = [r["ttft"] for r in runs]
     itl = [gap for r in runs for gap in r["gaps"]]
     drafted = sum(r.get("draft_n", 0) for r in runs)
+    later = [r for r in runs if r["turn"] > 0]
     return {"tokens_per_second": sum(r["tokens"] for r in runs) / wall, "ttft_p50": _percentile(ttft, 0.5),
             "ttft_p95": _percentile(ttft, 0.95), "itl_p50": _percentile(itl, 0.5),
             "acceptance": sum(r.get("draft_n_accepted", 0) for r in runs) / drafted if drafted else None,
+            "cache_hit_rate": sum(r["cached"] for r in runs) / max(1, sum(r["prompt"] for r in runs)),
+            # a later turn's generation speed: its tokens after the first over their span
+            "later_turn_tokens_per_second": (sum(len(r["gaps"]) for r in later) / sum(sum(r["gaps"]) for r in later)
+                                             if later and any(r["gaps"] for r in later) else None),
             "requests": len(runs)}
 
 
-def _closed_loop(n_clients: int, work: list[list[int]], send) -> tuple[list[dict], float]:
-    """n_clients threads, each sending its share of `work` one after the other."""
+def _closed_loop(n_clients: int, jobs: list[list], send) -> tuple[list[dict], float]:
+    """n_clients threads, each running its share of the jobs one after the other, a
+    job's turns in order (each after the conversation so far)."""
     runs: list[dict] = []
     lock = threading.Lock()
 
     def client(i: int) -> None:
-        for ids in work[i::n_clients]:
-            r = send(ids)
-            with lock:
-                runs.append(r)
+        for first, *follow_ups in jobs[i::n_clients]:
+            ids = first
+            for turn in range(1 + len(follow_ups)):
+                r = {**send(ids), "turn": turn, "prompt": len(ids)}
+                with lock:
+                    runs.append(r)
+                if turn < len(follow_ups):
+                    ids = ids + r["output"] + follow_ups[turn]
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(n_clients)]
@@ -92,7 +125,7 @@ def _closed_loop(n_clients: int, work: list[list[int]], send) -> tuple[list[dict
     return runs, time.perf_counter() - t0
 
 
-def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list[int]], n_predict: int) -> dict:
+def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list], n_predict: int) -> dict:
     with ggspec.Engine(model, slots=n) as engine:
         def send(ids: list[int]) -> dict:
             stamps: list[float] = []
@@ -102,15 +135,18 @@ def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list[int]]
                                    on_token=lambda _t: stamps.append(time.perf_counter())).result
             return {"tokens": len(result.tokens), "ttft": stamps[0] - t0,
                     "gaps": [b - a for a, b in zip(stamps, stamps[1:])], "draft_n": result.stats["draft_n"],
-                    "draft_n_accepted": result.stats["draft_n_accepted"], "output": result.tokens}
+                    "draft_n_accepted": result.stats["draft_n_accepted"], "output": result.tokens,
+                    "cached": result.stats["reused_prompt_tokens"]}
 
-        send(work[0][:16])  # builds the first graphs
+        send(work[0][0][:16])  # builds the first graphs
         runs, wall = _closed_loop(n, work, send)
     return {**_level_stats(runs, wall), "outputs": [r["output"] for r in runs]}
 
 
 class LlamaServer:
-    def __init__(self, path: str, n: int, ctx_per_slot: int, threads: int, config: str, flavor: str):
+    def __init__(self, path: str, n: int, ctx_per_slot: int, threads: int, config: str, flavor: str,
+                 cache_prompt: bool = False):
+        self.cache_prompt = cache_prompt
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -138,7 +174,7 @@ class LlamaServer:
     def send(self, ids: list[int], n_predict: int) -> dict:
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=600)
         body = json.dumps({"prompt": ids, "n_predict": n_predict, "temperature": 0, "ignore_eos": True,
-                           "stream": True, "cache_prompt": False, "return_tokens": True})
+                           "stream": True, "cache_prompt": self.cache_prompt, "return_tokens": True})
         t0 = time.perf_counter()
         conn.request("POST", "/completion", body, {"Content-Type": "application/json"})
         response = conn.getresponse()
@@ -154,7 +190,7 @@ class LlamaServer:
         conn.close()
         return {"tokens": len(tokens), "ttft": stamps[0] - t0, "gaps": [b - a for a, b in zip(stamps, stamps[1:])],
                 "draft_n": timings.get("draft_n", 0), "draft_n_accepted": timings.get("draft_n_accepted", 0),
-                "output": tokens}
+                "output": tokens, "cached": timings.get("cache_n", 0)}
 
     def draft_counts(self) -> tuple[float, float]:
         """(draft tokens, accepted ones) so far, from /metrics: the stream's timings carry
@@ -178,11 +214,11 @@ class LlamaServer:
             self.proc.kill()
 
 
-def llama_level(path: str, config: str, n: int, work: list[list[int]], n_predict: int, ctx: int, threads: int,
-                flavor: str) -> dict:
-    server = LlamaServer(path, n, ctx, threads, config, flavor)
+def llama_level(path: str, config: str, n: int, work: list[list], n_predict: int, ctx: int, threads: int,
+                flavor: str, cache_prompt: bool) -> dict:
+    server = LlamaServer(path, n, ctx, threads, config, flavor, cache_prompt)
     try:
-        server.send(work[0][:16], 4)
+        server.send(work[0][0][:16], 4)
         drafted0, accepted0 = server.draft_counts()
         runs, wall = _closed_loop(n, work, lambda ids: server.send(ids, n_predict))
         drafted, accepted = server.draft_counts()
@@ -199,18 +235,21 @@ def markdown(meta: dict, summary: list[dict]) -> str:
              "", f"{meta['host']}, {meta['threads']} threads, {meta['n_predict']} tokens a request, "
              f"{meta['requests']} requests a client, medians of {meta['rounds']} rounds. Same outputs: requests "
              "whose tokens match llama-server's (first round; greedy text can differ on ties and numerics).", "",
-             "| model | config | N | ggspec tok/s | llama-server tok/s | ratio | ggspec TTFT p50/p95 ms | "
+             "| model | workload | config | N | ggspec tok/s | llama-server tok/s | ratio | ggspec TTFT p50/p95 ms | "
              "llama TTFT p50/p95 ms | ggspec ITL p50 ms | llama ITL p50 ms | acceptance ggspec / llama | "
-             "same outputs |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "cache hits ggspec / llama | turn 2 tok/s ggspec / llama | same outputs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary:
         g, l_ = s["ggspec"], s["llama"]
         acc = " / ".join("–" if a is None else f"{a:.2f}" for a in (g["acceptance"], l_["acceptance"]))
-        lines.append(f"| {s['model']} | {s['config']} | {s['n']} | {g['tokens_per_second']:.1f} | "
+        hits = " / ".join(f"{x['cache_hit_rate']:.2f}" for x in (g, l_))
+        turn2 = " / ".join("–" if x["later_turn_tokens_per_second"] is None else
+                           f"{x['later_turn_tokens_per_second']:.1f}" for x in (g, l_))
+        lines.append(f"| {s['model']} | {s['workload']} | {s['config']} | {s['n']} | {g['tokens_per_second']:.1f} | "
                      f"{l_['tokens_per_second']:.1f} | {g['tokens_per_second'] / l_['tokens_per_second']:.3f} | "
                      f"{g['ttft_p50'] * 1e3:.0f} / {g['ttft_p95'] * 1e3:.0f} | "
                      f"{l_['ttft_p50'] * 1e3:.0f} / {l_['ttft_p95'] * 1e3:.0f} | {g['itl_p50'] * 1e3:.1f} | "
-                     f"{l_['itl_p50'] * 1e3:.1f} | {acc} | {s['same_outputs']}/{s['requests']} |")
+                     f"{l_['itl_p50'] * 1e3:.1f} | {acc} | {hits} | {turn2} | {s['same_outputs']}/{s['requests']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -221,14 +260,15 @@ def plot(summary: list[dict], path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         return
-    keys = sorted({(s["model"], s["config"]) for s in summary})
+    keys = sorted({(s["model"], s["workload"], s["config"]) for s in summary})
     fig, axes = plt.subplots(1, len(keys), figsize=(4.5 * len(keys), 3.5), squeeze=False)
-    for ax, (model, config) in zip(axes[0], keys):
-        rows = sorted((s for s in summary if (s["model"], s["config"]) == (model, config)), key=lambda s: s["n"])
+    for ax, (model, workload, config) in zip(axes[0], keys):
+        rows = sorted((s for s in summary if (s["model"], s["workload"], s["config"]) == (model, workload, config)),
+                      key=lambda s: s["n"])
         ns = [s["n"] for s in rows]
         for engine, label in (("ggspec", "ggspec Engine"), ("llama", "llama-server")):
             ax.plot(ns, [s[engine]["tokens_per_second"] for s in rows], marker="o", label=label)
-        ax.set_title(f"{model}, {config}", fontsize=9)
+        ax.set_title(f"{model}, {workload}, {config}", fontsize=9)
         ax.set_xlabel("concurrent requests")
         ax.set_ylabel("aggregate tokens/s")
         ax.set_xticks(ns)
@@ -240,7 +280,8 @@ def plot(summary: list[dict], path: Path) -> None:
 
 def _median_stats(levels: list[dict]) -> dict:
     out = {}
-    for key in ("tokens_per_second", "ttft_p50", "ttft_p95", "itl_p50", "acceptance"):
+    for key in ("tokens_per_second", "ttft_p50", "ttft_p95", "itl_p50", "acceptance", "cache_hit_rate",
+                "later_turn_tokens_per_second"):
         values = [lv[key] for lv in levels if lv[key] is not None]
         out[key] = statistics.median(values) if values else None
     return out
@@ -251,6 +292,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=["gemma3-270m-q4_k_m", "smollm2-135m-q4_1"])
     ap.add_argument("--levels", nargs="+", type=int, default=[1, 2, 4, 8])
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    ap.add_argument("--workloads", nargs="+", default=["fresh"], choices=WORKLOADS)
     ap.add_argument("--requests", type=int, default=2, help="requests each client sends")
     ap.add_argument("--n", type=int, default=64, help="tokens each request generates")
     ap.add_argument("--rounds", type=int, default=2)
@@ -267,29 +309,37 @@ def main() -> None:
     runs, summary = [], []
     for name in args.models:
         path = str(paths[name])
-        model = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads)
-        prompts = prompt_ids(model)
-        for config in args.configs:
-            for n in args.levels:
-                work = [prompts[i % len(prompts)] for i in range(n * args.requests)]
-                levels = {"ggspec": [], "llama": []}
-                for round_ in range(args.rounds):
-                    order = ("ggspec", "llama") if round_ % 2 == 0 else ("llama", "ggspec")
-                    for engine in order:
-                        if engine == "ggspec":
-                            lv = ggspec_level(model, config, n, work, args.n)
-                        else:
-                            lv = llama_level(path, config, n, work, args.n, args.ctx, args.threads, args.flavor)
-                        levels[engine].append(lv)
-                        runs.append({"model": name, "config": config, "n": n, "engine": engine, "round": round_,
-                                     **{k: v for k, v in lv.items() if k != "outputs"}})
-                        print(f"{name} {config} N={n} {engine}: {lv['tokens_per_second']:.1f} tok/s", flush=True)
-                same = sum(a == b for a, b in zip(sorted(levels["ggspec"][0]["outputs"]),
-                                                  sorted(levels["llama"][0]["outputs"])))
-                summary.append({"model": name, "config": config, "n": n, "same_outputs": same, "requests": len(work),
-                                "ggspec": _median_stats(levels["ggspec"]), "llama": _median_stats(levels["llama"])})
-                (args.out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary},
-                                                               indent=1))
+        tokenizer = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads, prefix_cache_mb=None)
+        prompts = prompt_ids(tokenizer)
+        for workload in args.workloads:
+            cache = workload != "fresh"
+            for config in args.configs:
+                for n in args.levels:
+                    levels = {"ggspec": [], "llama": []}
+                    work = workload_jobs(tokenizer, workload, prompts, n * args.requests)
+                    for round_ in range(args.rounds):
+                        order = ("ggspec", "llama") if round_ % 2 == 0 else ("llama", "ggspec")
+                        for engine in order:
+                            if engine == "ggspec":  # a fresh model each level: its prefix cache starts empty
+                                model = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads,
+                                                     prefix_cache_mb=1024 if cache else None)
+                                lv = ggspec_level(model, config, n, work, args.n)
+                            else:
+                                lv = llama_level(path, config, n, work, args.n, args.ctx, args.threads, args.flavor,
+                                                 cache)
+                            levels[engine].append(lv)
+                            runs.append({"model": name, "workload": workload, "config": config, "n": n,
+                                         "engine": engine, "round": round_,
+                                         **{k: v for k, v in lv.items() if k != "outputs"}})
+                            print(f"{name} {workload} {config} N={n} {engine}: {lv['tokens_per_second']:.1f} tok/s",
+                                  flush=True)
+                    same = sum(a == b for a, b in zip(sorted(levels["ggspec"][0]["outputs"]),
+                                                      sorted(levels["llama"][0]["outputs"])))
+                    summary.append({"model": name, "workload": workload, "config": config, "n": n,
+                                    "same_outputs": same, "requests": len(levels["ggspec"][0]["outputs"]),
+                                    "ggspec": _median_stats(levels["ggspec"]), "llama": _median_stats(levels["llama"])})
+                    (args.out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary},
+                                                                   indent=1))
     (args.out / "table.md").write_text(markdown(meta, summary))
     plot(summary, args.out / "concurrency.png")
     print(markdown(meta, summary))

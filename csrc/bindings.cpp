@@ -148,6 +148,57 @@ void drafter_inject(Target & t, const FloatRows & features, int64_t start, int64
 }
 
 // (values [rows, k], ids [rows, k], pairs [rows - 1, k, k] or None) of the block's MASK rows.
+using Bytes = py::array_t<uint8_t, py::array::c_style>;
+
+// ([kv bytes per copy], state bytes or None): a prefix cache's copies of
+// consecutive positions from pos, sizes[i] positions each.
+py::tuple read_prefix(Target & t, int64_t seq, int64_t pos, const std::vector<int64_t> & sizes, bool with_state) {
+    py::list arrays;
+    std::vector<KvCache::HostCopy> copies;
+    for (int64_t n : sizes) {
+        if (n < 0) throw std::invalid_argument("a prefix copy needs n >= 0 positions, got " + std::to_string(n));
+        Bytes kv((py::ssize_t) (n * (int64_t) t.kv_position_bytes()));
+        copies.push_back({kv.mutable_data(), n});
+        arrays.append(kv);
+    }
+    py::object state = py::none();
+    uint8_t * state_data = nullptr;
+    if (with_state) {
+        Bytes s((py::ssize_t) t.seq_state_bytes());
+        state_data = s.mutable_data();
+        state = s;
+    }
+    {
+        py::gil_scoped_release release;
+        t.read_prefix(seq, pos, copies, state_data);
+    }
+    return py::make_tuple(arrays, state);
+}
+
+void append_prefix(Target & t, int64_t seq, const std::vector<Bytes> & kv, const py::object & state) {
+    const size_t per = t.kv_position_bytes();
+    std::vector<KvCache::HostCopy> copies;
+    for (const Bytes & a : kv) {
+        if (per == 0 || a.size() % (py::ssize_t) per != 0) {
+            throw std::invalid_argument("a prefix copy holds whole positions of " + std::to_string(per) +
+                                        " bytes, got " + std::to_string(a.size()));
+        }
+        copies.push_back({const_cast<uint8_t *>(a.data()), (int64_t) (a.size() / (py::ssize_t) per)});
+    }
+    const uint8_t * state_data = nullptr;
+    Bytes s;
+    if (!state.is_none()) {
+        s = state.cast<Bytes>();
+        if ((size_t) s.size() != t.seq_state_bytes()) {
+            throw std::invalid_argument("a recurrent state copy holds " + std::to_string(t.seq_state_bytes()) +
+                                        " bytes, got " + std::to_string(s.size()));
+        }
+        state_data = s.data();
+    }
+    py::gil_scoped_release release;
+    t.append_prefix(seq, copies, state_data);
+}
+
 py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq) {
     BlockDrafter & d = drafter_of(t);
     BlockDraft out;
@@ -294,6 +345,10 @@ PYBIND11_MODULE(_core, m) {
         .def("state_transfer_bytes_of", py::overload_cast<int64_t>(&Target::state_transfer_bytes, py::const_),
              py::arg("seq"))
         .def_property_readonly("state_commits", &Target::state_commits)
+        .def("read_prefix", &read_prefix, py::arg("seq"), py::arg("pos"), py::arg("sizes"), py::arg("with_state"))
+        .def("append_prefix", &append_prefix, py::arg("seq"), py::arg("kv"), py::arg("state") = py::none())
+        .def_property_readonly("kv_position_bytes", &Target::kv_position_bytes)
+        .def_property_readonly("seq_state_bytes", &Target::seq_state_bytes)
         .def("ensure_capacity", &Target::ensure_capacity, py::arg("n"))
         .def_property_readonly("seq_len", [](const Target & t) { return t.seq_len(); })
         .def_property_readonly("n_ctx", &Target::n_ctx)

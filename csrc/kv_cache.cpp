@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -135,5 +136,109 @@ void KvCache::clear_seq(int64_t seq) {
 }
 
 size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
+
+size_t KvCache::position_bytes() const {
+    size_t bytes = 0;
+    for (ggml_tensor * k : k_) {
+        if (k) bytes += 2 * ggml_row_size(k->type, hp_.n_embd_kv());
+    }
+    return bytes;
+}
+
+namespace {
+
+// One run of bytes between a cache tensor and the host: a memcpy when the
+// cache is in host memory (a block's V is thousands of short runs, and
+// tensor_get's checks cost more than the copy), else the backend's copy.
+void copy_run(ggml_tensor * t, size_t offset, size_t bytes, uint8_t * host, bool to_host) {
+    if (ggml_backend_buffer_is_host(t->buffer)) {
+        uint8_t * data = (uint8_t *) t->data + offset;
+        std::memcpy(to_host ? host : data, to_host ? data : host, bytes);
+    } else if (to_host) {
+        ggml_backend_tensor_get(t, host, offset, bytes);
+    } else {
+        ggml_backend_tensor_set(t, host, offset, bytes);
+    }
+}
+
+int64_t total_positions(const std::vector<KvCache::HostCopy> & copies) {
+    int64_t n = 0;
+    for (const KvCache::HostCopy & c : copies) {
+        if (c.n < 0) throw std::invalid_argument("a prefix copy of " + std::to_string(c.n) + " positions");
+        n += c.n;
+    }
+    return n;
+}
+
+}  // namespace
+
+void KvCache::copy_positions(int64_t seq, int64_t pos, const std::vector<HostCopy> & copies, bool to_host) const {
+    const int64_t n_embd_kv = hp_.n_embd_kv();
+    std::vector<uint8_t *> at;  // each copy's cursor
+    for (const HostCopy & c : copies) at.push_back(c.data);
+    // runs of consecutive slots from position p, n long: a ring's positions wrap at most once
+    auto each_run = [&](const SlotMap & map, int64_t p, int64_t n, auto && fn) {
+        for (int64_t done = 0; done < n;) {
+            const int64_t slot = map.slot(p + done);
+            const int64_t run = std::min(n - done, map.n_slots() - slot);
+            fn(slot, done, run);
+            done += run;
+        }
+    };
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        ggml_tensor * k = k_[il];
+        if (!k) continue;
+        ggml_tensor * v = v_[il];
+        const bool ring = layer_uses_ring(il);
+        const SlotMap & map = slots(ring, seq);
+        const int64_t region = base(ring, seq);
+        const size_t k_row = ggml_row_size(k->type, n_embd_kv), elem = ggml_type_size(v->type);
+        int64_t p = pos;
+        for (size_t i = 0; i < copies.size(); ++i) {
+            each_run(map, p, copies[i].n, [&](int64_t slot, int64_t done, int64_t run) {
+                copy_run(k, (size_t) (region + slot) * k_row, (size_t) run * k_row, at[i] + done * k_row, to_host);
+            });
+            at[i] += copies[i].n * k_row;
+            p += copies[i].n;
+        }
+        for (int64_t c = 0; c < n_embd_kv; ++c) {
+            p = pos;
+            for (size_t i = 0; i < copies.size(); ++i) {
+                each_run(map, p, copies[i].n, [&](int64_t slot, int64_t done, int64_t run) {
+                    copy_run(v, v->nb[1] * (size_t) c + (size_t) (region + slot) * elem, (size_t) run * elem,
+                             at[i] + done * elem, to_host);
+                });
+                at[i] += copies[i].n * elem;
+                p += copies[i].n;
+            }
+        }
+    }
+}
+
+void KvCache::read_positions(int64_t seq, int64_t pos, const std::vector<HostCopy> & copies) const {
+    const Sequence & s = seqs_[seq];
+    const int64_t n = total_positions(copies);
+    if (pos < 0 || pos + n > s.len) {
+        throw std::invalid_argument("positions [" + std::to_string(pos) + ", " + std::to_string(pos + n) +
+                                    ") are outside the sequence's " + std::to_string(s.len));
+    }
+    for (int64_t p = pos; has_ring_ && p < pos + n; ++p) {
+        if (!s.ring.holds(p)) {
+            throw std::invalid_argument("position " + std::to_string(p) +
+                                        " has left the sliding-window cache: copy rows before the ring overwrites them");
+        }
+    }
+    copy_positions(seq, pos, copies, true);
+}
+
+void KvCache::append_positions(int64_t seq, const std::vector<HostCopy> & copies) {
+    const int64_t pos = seqs_[seq].len, n = total_positions(copies);
+    if (pos + n > n_ctx_) {
+        throw std::invalid_argument("appending " + std::to_string(n) + " positions at " + std::to_string(pos) +
+                                    " overflows the context of " + std::to_string(n_ctx_));
+    }
+    advance(n, seq);
+    copy_positions(seq, pos, copies, false);
+}
 
 }  // namespace ggspec

@@ -42,6 +42,7 @@ public:
 
     int64_t n_slots() const { return n_slots_; }
     int64_t slot(int64_t pos) const { return ring_ ? pos % n_slots_ : pos; }
+    bool holds(int64_t pos) const { return pos >= 0 && pos_[slot(pos)] == pos; }
     void write(int64_t pos);
     // Forgets positions >= length; throws when the ring no longer holds the
     // window that position `length` needs.
@@ -100,11 +101,29 @@ public:
     void clear_seq(int64_t seq);
     size_t bytes() const;
 
+    // A prefix cache's copies of a sequence's rows (engine/prefix_cache.py).
+    // A copy of n positions takes n * position_bytes(): per attention layer
+    // its K rows, then its V components (each n values, V being transposed).
+    // Consecutive copies (blocks) move together: each V component row is
+    // touched once for all of them, not once per block.
+    size_t position_bytes() const;
+    struct HostCopy {
+        uint8_t * data;
+        int64_t n;  // positions
+    };
+    // Positions [pos, pos + sum n) of seq into the copies, in order; its cache
+    // must still hold them (a sliding-window ring keeps only its last slots).
+    void read_positions(int64_t seq, int64_t pos, const std::vector<HostCopy> & copies) const;
+    // Appends the copies' positions to seq, as if forwarded.
+    void append_positions(int64_t seq, const std::vector<HostCopy> & copies);
+
 private:
     struct Sequence {
         SlotMap full, ring;
         int64_t len = 0;
     };
+    // Positions from pos of seq to the copies, or from them into their slots.
+    void copy_positions(int64_t seq, int64_t pos, const std::vector<HostCopy> & copies, bool to_host) const;
 
     const Hparams & hp_;
     int64_t n_ctx_;

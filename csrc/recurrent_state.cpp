@@ -61,30 +61,34 @@ size_t RecurrentState::row_bytes(const Hparams & hp) {
     return per_row;
 }
 
-size_t RecurrentState::download(std::vector<uint8_t> & host, int64_t seq) const {
-    host.clear();
+size_t RecurrentState::seq_bytes() const {
+    size_t bytes = 0;
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
-        for (ggml_tensor * t : {conv(il, seq), ssm(il, seq)}) {
-            if (!t) continue;
-            const size_t at = host.size();
-            host.resize(at + ggml_nbytes(t));
-            ggml_backend_tensor_get(t, host.data() + at, 0, ggml_nbytes(t));
+        for (ggml_tensor * t : {conv(il, 0), ssm(il, 0)}) {
+            if (t) bytes += ggml_nbytes(t);
         }
     }
-    return host.size();
+    return bytes;
 }
 
-size_t RecurrentState::upload(const std::vector<uint8_t> & host, int64_t seq) {
-    size_t at = 0;
+void RecurrentState::download(uint8_t * host, int64_t seq) const {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
         for (ggml_tensor * t : {conv(il, seq), ssm(il, seq)}) {
             if (!t) continue;
-            if (at + ggml_nbytes(t) > host.size()) throw std::logic_error("recurrent state snapshot is too small");
-            ggml_backend_tensor_set(t, host.data() + at, 0, ggml_nbytes(t));
-            at += ggml_nbytes(t);
+            ggml_backend_tensor_get(t, host, 0, ggml_nbytes(t));
+            host += ggml_nbytes(t);
         }
     }
-    return at;
+}
+
+void RecurrentState::upload(const uint8_t * host, int64_t seq) {
+    for (int64_t il = 0; il < hp_.n_layer; ++il) {
+        for (ggml_tensor * t : {conv(il, seq), ssm(il, seq)}) {
+            if (!t) continue;
+            ggml_backend_tensor_set(t, host, 0, ggml_nbytes(t));
+            host += ggml_nbytes(t);
+        }
+    }
 }
 
 StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSources & src, int64_t n_rows,

@@ -38,10 +38,11 @@ public:
     size_t bytes() const;
     // The delta-rule state bytes one kept row costs (a verify keeps one per row).
     static size_t row_bytes(const Hparams & hp);
-    // One sequence's state copied through the host, for the re-forward
-    // rollback path. Both return the bytes moved.
-    size_t download(std::vector<uint8_t> & host, int64_t seq) const;
-    size_t upload(const std::vector<uint8_t> & host, int64_t seq);
+    // One sequence's state copied through the host (the re-forward rollback
+    // path, a prefix cache's checkpoints): seq_bytes() each way.
+    size_t seq_bytes() const;
+    void download(uint8_t * host, int64_t seq) const;
+    void upload(const uint8_t * host, int64_t seq);
 
 private:
     const Hparams & hp_;

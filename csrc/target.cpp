@@ -402,7 +402,9 @@ void Target::snapshot_recurrent(int64_t seq) {
     if (!rs_ || rollback_ != Rollback::reforward) return;  // the verify keeps its own per-row states
     SeqState & st = seq_states_[seq];
     settle_state(kv_->seq_len(seq), seq);
-    move_state_bytes(rs_->download(st.snapshot, seq), seq);
+    st.snapshot.resize(rs_->seq_bytes());
+    rs_->download(st.snapshot.data(), seq);
+    move_state_bytes(st.snapshot.size(), seq);
     st.snapshot_len = kv_->seq_len(seq);
 }
 
@@ -411,9 +413,42 @@ void Target::restore_recurrent(int64_t seq) {
     if (!rs_ || rollback_ != Rollback::reforward) return;
     SeqState & st = seq_states_[seq];
     if (st.snapshot_len < 0) throw std::logic_error("restore_recurrent without a snapshot");
-    move_state_bytes(rs_->upload(st.snapshot, seq), seq);
+    rs_->upload(st.snapshot.data(), seq);
+    move_state_bytes(st.snapshot.size(), seq);
     st.len = st.snapshot_len;
     st.pending = {};
+}
+
+size_t Target::seq_state_bytes() const { return rs_ ? rs_->seq_bytes() : 0; }
+
+void Target::read_prefix(int64_t seq, int64_t pos, const std::vector<KvCache::HostCopy> & kv, uint8_t * state) {
+    check_seq(seq);
+    kv_->read_positions(seq, pos, kv);
+    int64_t n = 0;
+    for (const KvCache::HostCopy & c : kv) n += c.n;
+    if (state) {
+        if (!rs_) throw std::invalid_argument("an attention-only trunk has no recurrent state to read");
+        if (pos + n != kv_->seq_len(seq)) {
+            throw std::invalid_argument("the recurrent state is the one after the sequence's last position (" +
+                                        std::to_string(kv_->seq_len(seq)) + "), not after " +
+                                        std::to_string(pos + n));
+        }
+        settle_state(kv_->seq_len(seq), seq);
+        rs_->download(state, seq);
+    }
+}
+
+void Target::append_prefix(int64_t seq, const std::vector<KvCache::HostCopy> & kv, const uint8_t * state) {
+    check_seq(seq);
+    if (rs_ && seq_states_[seq].pending.graph) settle_state(kv_->seq_len(seq), seq);
+    kv_->append_positions(seq, kv);
+    if (!rs_) return;
+    SeqState & st = seq_states_[seq];
+    if (state) {
+        rs_->upload(state, seq);
+        st.len = kv_->seq_len(seq);
+    }
+    // without a state the sequence cannot run until one comes: forwards check st.len
 }
 
 std::vector<std::vector<float>> Target::read_recurrent_state(int64_t seq) {

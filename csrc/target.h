@@ -112,6 +112,17 @@ public:
     // seq_len(seq) positions (settling a pending verify first, as the next
     // forward would).
     std::vector<std::vector<float>> read_recurrent_state(int64_t seq = 0);
+    // A prefix cache's copies (engine/prefix_cache.py owns them): consecutive
+    // positions from pos of sequence seq's KV (KvCache::read_positions), which a
+    // sliding-window ring must still hold, and with `state` on a recurrent
+    // trunk the state after them, which must be the sequence's end
+    // (seq_state_bytes()). append_prefix adds such a copy at the sequence's
+    // end, as if forwarded; a recurrent trunk's sequence runs again once a
+    // copy with a state brought its state to its length.
+    void read_prefix(int64_t seq, int64_t pos, const std::vector<KvCache::HostCopy> & kv, uint8_t * state = nullptr);
+    void append_prefix(int64_t seq, const std::vector<KvCache::HostCopy> & kv, const uint8_t * state = nullptr);
+    size_t kv_position_bytes() const { return kv_->position_bytes(); }
+    size_t seq_state_bytes() const;
     // Switches the rollback path (TargetOptions::recurrent_rollback) between
     // generations: what a verify left pending is settled first.
     void set_recurrent_rollback(const std::string & name);

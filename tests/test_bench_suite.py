@@ -6,6 +6,7 @@ from bench.peer.commands import completion_cmd, speculative_cmd
 from bench.peer.generation_stats import completion_stats, speculative_stats
 from bench.spec_prompts import CANNOT_PAY, DOCUMENT, PROMPTS, SUITES, by_name
 from bench.suite_report import summarize, write_report
+from ggspec.engine.stats import PHASES
 
 KINDS = {"document", CANNOT_PAY, "turns-to-copy", "lists", "code"}
 
@@ -33,7 +34,7 @@ def test_report_ratios_are_per_round_and_acceptance_is_counted(tmp_path):
     meta = {"threads": 2, "n": 64, "ctx": 512, "rounds": 3, "quick": True, "machine": "x", "seconds": 60,
             "copy_bandwidth_gbs": 20.0, "models": {"m": {"weight_bytes": 100_000_000}}}
     spec = {"draft_n": 40, "draft_n_accepted": 30, "verify_steps": 10, "target_calls": 20, "call_tokens": 50,
-            "phases_ms": dict.fromkeys(("draft", "verify", "rollback", "snapshot", "commit"), 1.0),
+            "phases_ms": dict.fromkeys(PHASES, 1.0),
             "draft_n_per_position": [10, 10, 10, 10], "draft_n_accepted_per_position": [10, 9, 7, 4],
             "phase_sum_over_gen": 0.995}
     runs = []

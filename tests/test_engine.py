@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ggspec
-from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
 from ggspec.engine.planner import SpeculationPlan, plan_speculation
 from ggspec.speculators.base import Speculator
 from ggspec.speculators.options import SpecOptions
@@ -143,6 +143,7 @@ def test_errors_reach_the_caller_and_the_engine_goes_on(model, tmp_path):
 
 class _Broken(Speculator):
     name = "broken"
+    can_arm_after_prefix_reuse = True  # the prompt may be cached from an earlier test
 
     def __init__(self):
         super().__init__(max_draft_tokens=4)
@@ -174,3 +175,20 @@ def test_the_target_serialises_calls_from_two_threads(model):
     for t in threads:
         t.join(timeout=60)
     assert target.cache_seq_len == 80
+
+
+def test_each_request_s_governor_starts_from_what_the_last_one_learned(model, monkeypatch):
+    found = []
+    start = GovernorMemory.start
+
+    def recording(self, governor, key):
+        found.append((key, key in self._learned))
+        start(self, governor, key)
+
+    monkeypatch.setattr(GovernorMemory, "start", recording)
+    for slots in (1, 2):  # one engine's memory, per engine
+        with ggspec.Engine(model, slots=slots) as engine:
+            for prompt in ("a b c a b c", "d e f d e f"):
+                engine.submit(prompt, max_tokens=8, spec="ngram", **GREEDY).result
+            engine.submit("g h", max_tokens=2, spec=False, **GREEDY).result  # no speculator: nothing to learn
+    assert found == [(("ngram", None, 1), False), (("ngram", None, 1), True), (None, False)] * 2

@@ -1,6 +1,6 @@
 """The cost governor on a fake clock: it parks a losing drafter and re-arms a winning one."""
 
-from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
 
 PLAIN_S = 0.010  # one plain step: 1 token in 10 ms
 
@@ -106,3 +106,28 @@ def test_probes_verify_a_short_window_until_drafting_has_paid():
     g.observe(True, 3, 1.2 * PLAIN_S)
     assert g.draft_limit is None  # it paid: the speculator's own window from now on
     assert SpeculationCostGovernor(enabled=False).draft_limit is None
+
+
+def test_what_it_learned_carries_over_to_the_next_request():
+    # 20 short requests with a useless drafter: a governor that starts afresh pays its
+    # baseline and a probe on each; one resumed from the last request's starts parked
+    garbage = lambda i: (1, 3 * PLAIN_S)  # noqa: E731
+    fresh = [run(SpeculationCostGovernor(), 96, garbage) for _ in range(20)]
+    memory, key, carried = GovernorMemory(), ("ngram", None, 1), []
+    for _ in range(20):
+        g = SpeculationCostGovernor()
+        memory.start(g, key)
+        carried.append(run(g, 96, garbage))
+        memory.keep(g, key)
+    rate = lambda runs: sum(t for _, t, _ in runs) / sum(s for _, _, s in runs)  # noqa: E731
+    assert rate(carried) > rate(fresh)
+    assert sum(d for d, _, _ in carried[1:]) * 4 < sum(d for d, _, _ in fresh[1:])
+    assert all(d <= 1 for d, _, _ in carried[1:])  # parked from the start: at most the backoff's re-probe
+
+    winner = SpeculationCostGovernor()
+    run(winner, 50, lambda i: (4, 1.5 * PLAIN_S))
+    memory.keep(winner, key)
+    resumed = SpeculationCostGovernor()
+    memory.start(resumed, key)
+    assert resumed.should_draft() and resumed.draft_limit is None  # armed at once, its full window
+    assert GovernorMemory.key(type("Plan", (), {"speculator": None})(), 1) is None

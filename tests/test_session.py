@@ -1,4 +1,5 @@
-"""Sessions keep the KV across turns; a turn's output equals a fresh run of the whole conversation."""
+"""Sessions reuse the conversation's KV across turns (through the model's prefix
+cache); a turn's output equals a fresh run of the whole conversation."""
 
 import pytest
 
@@ -22,8 +23,8 @@ def chat_model(chat_path):
 
 @pytest.fixture(scope="module")
 def reference_model(chat_path):
-    """A second copy for fresh runs, so they never touch the session's KV."""
-    return ggspec.Model(chat_path, n_ctx=512, n_threads=2)
+    """A second copy for fresh runs: it reuses nothing."""
+    return ggspec.Model(chat_path, n_ctx=512, n_threads=2, prefix_cache_mb=None)
 
 
 @pytest.mark.parametrize("spec", [False, "ngram"])
@@ -40,17 +41,31 @@ def test_each_turn_equals_a_fresh_run_of_the_whole_conversation(chat_model, refe
         assert session.messages[-1] == {"role": "assistant", "content": r.text}
 
 
-def test_reuse_survives_only_while_the_session_owns_the_kv(chat_model):
-    session = ggspec.Session(chat_model, **GREEDY)
+def test_a_turn_reuses_its_prefix_whatever_ran_on_the_model_since(chat_path):
+    model = ggspec.Model(chat_path, n_ctx=512, n_threads=2)
+    session = ggspec.Session(model, **GREEDY)
     session.generate("a b", max_tokens=8, ignore_eos=True)
     second = session.generate("c d", max_tokens=8, ignore_eos=True)
-    assert second.stats["reused_prompt_tokens"] > 0
-    other = ggspec.Session(chat_model, **GREEDY)
-    other.generate("x y", max_tokens=8, ignore_eos=True)  # takes the KV over
+    assert second.stats["reused_prompt_tokens"] > 0 and second.stats["prefix_source"] == "resident"
+    other = ggspec.Session(model, **GREEDY)
+    other.generate("x y", max_tokens=8, ignore_eos=True)  # its turn overwrites the sequence
+    ggspec.generate(model, "x y", max_tokens=4)  # so does a one-shot generation
     third = session.generate("e f", max_tokens=8, ignore_eos=True)
-    assert third.stats["reused_prompt_tokens"] == 0
-    ggspec.generate(chat_model, "x y", max_tokens=4)  # so does a one-shot generation
-    assert other.generate("z", max_tokens=4).stats["reused_prompt_tokens"] == 0
+    assert third.stats["reused_prompt_tokens"] >= 16 and third.stats["prefix_source"] == "cache"
+    cache = model.prefix_cache.stats
+    assert cache["cache_hits"] >= 1 and cache["resident_hits"] >= 1 and 0 < cache["bytes"] <= cache["budget_bytes"]
+
+
+def test_without_blocks_a_sequence_reuses_only_its_own_last_request(chat_path):
+    model = ggspec.Model(chat_path, n_ctx=512, n_threads=2, prefix_cache_mb=0)
+    session = ggspec.Session(model, **GREEDY)
+    session.generate("a b", max_tokens=8, ignore_eos=True)
+    assert session.generate("c d", max_tokens=8, ignore_eos=True).stats["prefix_source"] == "resident"
+    other = ggspec.Session(model, **GREEDY).generate("x y", max_tokens=8, ignore_eos=True)
+    third = session.generate("e f", max_tokens=8, ignore_eos=True)
+    # what the sequence holds now is the other conversation: only the template's start is shared
+    shared = next(i for i, (a, b) in enumerate(zip(other.prompt_tokens, third.prompt_tokens)) if a != b)
+    assert third.stats["reused_prompt_tokens"] == shared < 16 and model.prefix_cache.stats["blocks"] == 0
 
 
 def test_raw_sessions_append_to_one_text(chat_model, reference_model):
@@ -63,15 +78,19 @@ def test_raw_sessions_append_to_one_text(chat_model, reference_model):
     assert second.stats["reused_prompt_tokens"] > 0 and second.tokens == fresh.tokens
 
 
-def test_a_sliding_window_cache_that_cannot_rewind_starts_over(tiny_model):
-    # window 8: the ring cannot rewind far behind its newest position, so reuse falls back to a full prefill
+def test_a_sliding_window_cache_that_cannot_rewind_is_rebuilt_from_the_prefix_cache(tiny_model):
+    # window 8: the ring cannot rewind far behind its newest position, so the turn's
+    # prefix comes from the cache's copies (the ring's rows among them) instead
     path = tiny_model("gemma3", "f32", metadata=(("tokenizer.chat_template", CHATML),))
     options = dict(n_ctx=1024, n_threads=2, max_verify_rows=2, prefill_chunk=8)
-    model, reference = ggspec.Model(path, **options), ggspec.Model(path, **options)
+    model, reference = ggspec.Model(path, **options), ggspec.Model(path, **options, prefix_cache_mb=None)
     session = ggspec.Session(model, **GREEDY)
-    session.generate("a b c d e f", max_tokens=300, ignore_eos=True)
+    first = session.generate("a b c d e f", max_tokens=300, ignore_eos=True)
     r = session.generate("g h", max_tokens=8, ignore_eos=True)
-    assert r.stats["reused_prompt_tokens"] == 0
+    held = first.prompt_tokens + first.tokens  # the re-rendered reply may tokenize otherwise
+    common = next((i for i, (a, b) in enumerate(zip(held, r.prompt_tokens)) if a != b), len(held))
+    assert common < len(held) - 64  # further back than the ring can rewind
+    assert r.stats["prefix_source"] == "cache" and r.stats["reused_prompt_tokens"] == common // 16 * 16 > 0
     fresh = ggspec.generate(reference, session.messages[:-1], chat=True, max_tokens=8, ignore_eos=True, **GREEDY)
     assert r.tokens == fresh.tokens
 
@@ -88,8 +107,8 @@ class _ChainedHead(Speculator):
         return 0
 
 
-def test_speculators_that_cannot_arm_after_reuse_say_why(chat_model):
-    session = ggspec.Session(chat_model, **GREEDY)
+def test_speculators_that_cannot_arm_after_reuse_say_why(chat_path):
+    session = ggspec.Session(ggspec.Model(chat_path, n_ctx=512, n_threads=2), **GREEDY)  # nothing cached yet
     session._plan.speculator = _ChainedHead()
     first = session.generate("a b", max_tokens=4)
     assert first.stats["spec_type"] == "chained-head" and first.stats["decline_reason"] is None
@@ -117,7 +136,8 @@ def test_a_reused_prefix_gives_what_a_fresh_run_of_the_same_ids_gives(tiny_model
     # verify rows (the multi-row kernels included); a fresh prefill of the same ids
     # writes them anew. The same ids, not re-rendered text, which may tokenize otherwise.
     path = tiny_model("llama", dtype, metadata=(("tokenizer.chat_template", CHATML),))
-    session_model, fresh_model = (ggspec.Model(path, n_ctx=512, n_threads=2, prefill_chunk=16) for _ in range(2))
+    session_model = ggspec.Model(path, n_ctx=512, n_threads=2, prefill_chunk=16)
+    fresh_model = ggspec.Model(path, n_ctx=512, n_threads=2, prefill_chunk=16, prefix_cache_mb=None)
     sampling = dict(temperature=0.8, seed=3)
     session = ggspec.Session(session_model, spec=spec, **sampling)
     fresh_engine = ggspec.Engine(fresh_model)

@@ -186,8 +186,10 @@ def engines(request, tiny_model, tmp_path_factory):
     path = tiny_model(request.param, "q8_0")
     layers = {"llama": (0, 1), "gemma3": (1, 3), "qwen35": (1, 3)}[request.param]
     drafter = str(write_tiny_dflash(tmp_path_factory.mktemp("slots") / "drafter.gguf", target_layers=layers))
-    model = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2)
-    alone = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2)
+    # no reuse: a reused prefix changes what a block drafter drafts (never the output),
+    # and these tests compare draft counts too (test_prefix_cache.py runs it on)
+    model = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
+    alone = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
     with ggspec.Engine(model, slots=N_SEQS) as engine, ggspec.Engine(alone) as solo:
         yield engine, solo, drafter, layers
 

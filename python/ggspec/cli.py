@@ -98,7 +98,8 @@ def _generate(args) -> None:
 
     spec = spec_options_from(args)  # before loading: a bad flag or variable fails fast
     prompt = _read_prompt(args)
-    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads, **target_options_from())
+    # one request: nothing later could reuse its prefix
+    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads, prefix_cache_mb=None, **target_options_from())
     run = stream(model, prompt, max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k,
                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, chat=args.chat,
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",

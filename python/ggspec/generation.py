@@ -43,7 +43,7 @@ def stream(
     spec: speculative decoding — True (auto), False, a speculator name, or SpecOptions.
     It never changes the output, only how fast it comes.
     """
-    model = as_model(model)
+    model = as_model(model, prefix_cache_mb=None)  # a model loaded for one request has no later ones to serve
     if chat:
         prompt = model.encode_chat(prompt, enable_thinking=enable_thinking)
     elif not isinstance(prompt, str):
@@ -61,8 +61,9 @@ def generate(model: Model | str | os.PathLike | None, prompt: str | Messages, **
     return stream(model, prompt, **options).result
 
 
-def as_model(model: Model | str | os.PathLike | None) -> Model:
-    return model if isinstance(model, Model) else Model(model)
+def as_model(model: Model | str | os.PathLike | None, **options: Any) -> Model:
+    """A loaded Model as it is, or one loaded from a path with Model's options."""
+    return model if isinstance(model, Model) else Model(model, **options)
 
 
 __all__ = ["generate", "stream", "as_model"]

@@ -18,10 +18,15 @@ Messages = Sequence[Mapping[str, Any]]
 class Model:
     """Loads `path` (default: the embedded Gemma 3 270M) once for many generations.
 
-    Keyword arguments are `ggspec.load`'s: n_ctx, n_threads, device, kv_type, ...
+    prefix_cache_mb: the memory the prefix cache (engine/prefix_cache.py) may take for
+    the KV and recurrent checkpoints of earlier requests, so that a prompt beginning
+    with their tokens reuses them (0: a sequence reuses only what its own last request
+    left; None: every request starts from scratch). Reuse never changes output.
+    Other keyword arguments are `ggspec.load`'s: n_ctx, n_threads, device, kv_type, ...
     """
 
-    def __init__(self, path: str | os.PathLike | None = None, **target_options: Any):
+    def __init__(self, path: str | os.PathLike | None = None, *, prefix_cache_mb: float | None = 1024,
+                 **target_options: Any):
         if path is None:
             path = default_model_path()
         path = os.fspath(path)
@@ -33,10 +38,14 @@ class Model:
         #: held by the engine worker that is running a request on the target: engines
         #: on one model take turns, and only the holder calls into the target
         self.lease = threading.Lock()
-        #: the session key whose request left `kv_tokens` in the target's KV (None: no
-        #: one's), so a session never reuses a prefix another generation has overwritten
-        self.kv_owner = None
-        self.kv_tokens: list[int] = []
+        if prefix_cache_mb is not None and (isinstance(prefix_cache_mb, bool) or
+                                            not isinstance(prefix_cache_mb, (int, float)) or
+                                            not 0 <= prefix_cache_mb < float("inf")):
+            raise ValueError(f"prefix_cache_mb must be a number of MiB >= 0 or None, got {prefix_cache_mb!r}")
+        self.prefix_cache_mb = prefix_cache_mb
+        #: the PrefixCache every engine on the model reuses prefixes through, made by the
+        #: first one to run (engine/prefix_cache.py: prefix_cache_of)
+        self.prefix_cache = None
 
     @property
     def n_ctx(self) -> int:

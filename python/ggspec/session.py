@@ -1,5 +1,6 @@
-"""Multi-turn sessions: the KV survives between turns, and each turn reuses the
-longest prefix its prompt shares with what the KV already holds."""
+"""Multi-turn sessions: each turn's prompt begins with the conversation so far,
+whose KV the model's prefix cache holds from the turn before, so a turn forwards
+only its new tokens."""
 
 from __future__ import annotations
 
@@ -61,7 +62,7 @@ class Session:
                 self.text += prompt + result.text
 
         self._turn = self._engine.submit(ids, max_tokens=max_tokens, ignore_eos=ignore_eos, spec=self._plan,
-                                         session=self, on_finish=finish, **{**self.sampling, **sampling})
+                                         on_finish=finish, **{**self.sampling, **sampling})
         return self._turn
 
     def generate(self, prompt: str, **options: Any) -> Generation:

@@ -21,8 +21,9 @@ from collections import deque
 import numpy as np
 
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
-from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
 from ggspec.engine.planner import SpeculationPlan, drafter_attached, plan_speculation
+from ggspec.engine.prefix_cache import prefix_cache_of
 from ggspec.engine.request_run import RequestRun, new_execution
 from ggspec.engine.stream import Request
 from ggspec.native.sequence_view import SequenceView
@@ -33,11 +34,12 @@ from ggspec.speculators.options import SpecOptions
 class _Slot:
     """A running request on sequence `seq`."""
 
-    def __init__(self, seq: int, run: RequestRun):
+    def __init__(self, seq: int, run: RequestRun, governor_key: tuple | None):
         self.seq = seq
         self.run = run
+        self.governor_key = governor_key  # where its governor's learning goes when it ends
         self.history = list(run.request.prompt_ids)
-        self.prefilled = 0  # prompt tokens forwarded
+        self.prefilled = run.execution.prefix.reused  # prompt tokens in the KV (a reused prefix first)
         self.produced = 0   # tokens emitted
 
     @property
@@ -57,6 +59,7 @@ class BatchScheduler:
         self.slots: list[_Slot | None] = [None] * n_slots
         self.order: list[_Slot] = []  # running slots, oldest first
         self.waiting: deque[Request] = deque()
+        self.memory = GovernorMemory()
 
     @property
     def busy(self) -> bool:
@@ -68,7 +71,6 @@ class BatchScheduler:
     def claim(self) -> None:
         """Before the first step after idling (another engine may have used the target)."""
         self.target.set_sequences(max(self.n_slots, self.target.sequences))
-        self.model.kv_owner = None  # a session's prefix is gone once slots write the cache
 
     def step(self) -> None:
         """One forward over every running slot (and whatever admission and cancels need)."""
@@ -109,21 +111,25 @@ class BatchScheduler:
             request = self.waiting.popleft()
             seq = self.slots.index(None)
             try:
-                run = self._start(request, seq)
+                run, key = self._start(request, seq)
             except Exception as e:  # noqa: BLE001 - a planning error is the request's
                 request.finish(error=e)
                 continue
-            slot = _Slot(seq, run)
+            slot = _Slot(seq, run, key)
             self.slots[seq] = slot
             self.order.append(slot)
 
-    def _start(self, request: Request, seq: int) -> RequestRun:
+    def _start(self, request: Request, seq: int) -> tuple[RequestRun, tuple | None]:
+        """The request's run on sequence seq, and its governor's key: its governor starts
+        from what the last request with the same speculator and batch size learned."""
         view = SequenceView(self.target, seq)
-        execution = new_execution(view, self._speculation_plan(view, request.spec), request.sampler)
-        view.reset()
-        run = RequestRun(self.model.tokenizer, request, execution)
+        plan = self._speculation_plan(view, request.spec)
+        key = GovernorMemory.key(plan, len(self.order) + 1)
+        self.memory.start(plan.governor, key)
+        prefix = prefix_cache_of(self.model).begin(seq, request.prompt_ids)
+        run = RequestRun(self.model.tokenizer, request, new_execution(view, plan, request.sampler, prefix))
         run.start()
-        return run
+        return run, key
 
     def _speculation_plan(self, view: SequenceView, options: SpecOptions) -> SpeculationPlan:
         """plan_speculation on the slot's sequence; one block drafter serves every slot, so a
@@ -144,7 +150,7 @@ class BatchScheduler:
         prompt_budget = self.target.max_batch_rows
         for slot in self.order:
             if slot.prefilled < len(slot.prompt):
-                n = min(len(slot.prompt) - slot.prefilled, prompt_budget)
+                n = slot.execution.prompt_chunk_end(slot.prefilled, len(slot.prompt), prompt_budget) - slot.prefilled
                 if n == 0:
                     continue
                 prompt_budget -= n
@@ -184,6 +190,7 @@ class BatchScheduler:
     def _end(self, slot: _Slot, stop: str) -> None:
         slot.run.end(stop)
         self._free(slot)
+        self.memory.keep(slot.execution.governor, slot.governor_key)
         try:
             result = slot.run.finish()
         except Exception as e:  # noqa: BLE001 - an on_finish callback's error
@@ -200,7 +207,7 @@ class BatchScheduler:
 
     def _fail(self, slot: _Slot, error: BaseException) -> None:
         self._free(slot)
-        slot.run.request.finish(error=error)
+        slot.run.fail(error)
 
     def _free(self, slot: _Slot) -> None:
         if self.slots[slot.seq] is slot:

@@ -11,7 +11,9 @@ import weakref
 from typing import Any, Callable, Sequence
 
 from ggspec.engine.batching import BatchScheduler
+from ggspec.engine.governor import GovernorMemory
 from ggspec.engine.planner import SpeculationPlan, check_draft_model, plan_speculation
+from ggspec.engine.prefix_cache import prefix_cache_of
 from ggspec.engine.request_run import RequestRun, new_execution
 from ggspec.engine.sampling import Sampler, SamplerConfig, random_seed
 from ggspec.engine.stream import Generation, GenerationStream, Request
@@ -56,15 +58,16 @@ class Engine:
     def submit(self, prompt: str | Sequence[int], *, max_tokens: int = 128,
                temperature: float = _DEFAULT.temperature, top_k: int = _DEFAULT.top_k, top_p: float = _DEFAULT.top_p,
                min_p: float = _DEFAULT.min_p, seed: int | None = None, ignore_eos: bool = False, spec: Spec = True,
-               session: object | None = None, on_token: Callable[[int], None] | None = None,
+               on_token: Callable[[int], None] | None = None,
                on_finish: Callable[[Generation], None] | None = None) -> GenerationStream:
         """Queues a generation of `prompt` (raw text as llama.cpp's tools read it, or token ids).
 
         Sampling options are `ggspec.generate`'s. spec: True (auto), False, a speculator
         name, SpecOptions, or a SpeculationPlan (a speculator and governor to reuse).
-        session: requests with the same key reuse the KV prefix the key's last request
-        left, while no other request has used the target since. on_token(id) and
-        on_finish(result) run on the engine's thread, as each token comes and at the end.
+        A prompt that begins with tokens an earlier request on the model computed reuses
+        them from the model's prefix cache (Model.prefix_cache), with the same output as
+        a fresh run. on_token(id) and on_finish(result) run on the engine's thread, as
+        each token comes and at the end.
         """
         if not self._stop.alive:
             raise RuntimeError("this engine is closed")
@@ -85,7 +88,7 @@ class Engine:
             spec = spec_options(spec)
             if spec.draft_model:
                 check_draft_model(spec.draft_model)  # fails fast; attaching waits for the worker
-        request = Request(ids, sampler, spec, max_tokens, ignore_eos, session, on_token, on_finish)
+        request = Request(ids, sampler, spec, max_tokens, ignore_eos, on_token, on_finish)
         self._jobs.put(request)
         return GenerationStream(request)
 
@@ -114,15 +117,15 @@ class Engine:
 
 
 def _work(jobs: queue.SimpleQueue, model) -> None:
+    memory = GovernorMemory()
     while (job := jobs.get()) is not _STOP:
         with model.lease:
             if isinstance(job, _Call):
                 _run_call(job)
             else:
                 try:
-                    job.finish(run_request(model, job))
+                    job.finish(run_request(model, job, memory))
                 except BaseException as e:  # noqa: BLE001 - handed to the caller
-                    model.kv_owner = None  # what the KV holds is unknown now
                     job.finish(error=e)
 
 
@@ -174,49 +177,39 @@ def _run_call(job: _Call) -> None:
     job.done.set()
 
 
-def run_request(model, request: Request) -> Generation:
-    """One generation, on the worker: the prompt's forward, then speculative steps
-    until the budget, an end-of-generation token, the context's end or a cancel."""
+def run_request(model, request: Request, memory: GovernorMemory | None = None) -> Generation:
+    """One generation, on the worker: the prompt's forward (after the longest prefix the
+    prefix cache holds), then speculative steps until the budget, an end-of-generation
+    token, the context's end or a cancel. memory: where the governor starts from what
+    earlier requests learned (a caller's SpeculationPlan keeps its own governor)."""
     target = model.target
     spec = request.spec
     plan = spec if isinstance(spec, SpeculationPlan) else plan_speculation(target, spec)
-    reused = _reuse(model, request.session, request.prompt_ids)
-    run = RequestRun(model.tokenizer, request, new_execution(target, plan, request.sampler, reused), reused)
-    if not reused:
-        target.reset()
-    run.start()
-    steps = run.execution.generate(request.prompt_ids, request.max_tokens, reused=reused)
-    while run.stop is None:
-        if request.cancelled:
-            run.end("cancelled")
-            break
-        step = next(steps, None)
-        if step is None:
-            run.end("context" if len(request.tokens) < request.max_tokens else "length")
-            break
-        run.take(step)
-    result = run.finish()
-    model.kv_tokens = (request.prompt_ids + run.emitted)[:target.cache_seq_len]
-    return result
-
-
-def _reuse(model, session: object | None, ids: list[int]) -> int:
-    """Rewinds the target to the longest prefix of `ids` that the session's last
-    request left in the KV; returns its length (0: nothing reused)."""
-    common = 0
-    if session is not None and model.kv_owner is session:
-        for a, b in zip(model.kv_tokens, ids):
-            if a != b:
+    if isinstance(spec, SpeculationPlan):
+        memory = None
+    key = GovernorMemory.key(plan, 1)
+    if memory is not None:
+        memory.start(plan.governor, key)
+    prefix = prefix_cache_of(model).begin(0, request.prompt_ids)
+    run = RequestRun(model.tokenizer, request, new_execution(target, plan, request.sampler, prefix))
+    try:
+        run.start()
+        steps = run.execution.generate(request.prompt_ids, request.max_tokens, reused=prefix.reused)
+        while run.stop is None:
+            if request.cancelled:
+                run.end("cancelled")
                 break
-            common += 1
-    common = min(common, len(ids) - 1)  # the last prompt token is forwarded for its logits
-    model.kv_owner = session
-    if common > 0:
-        try:
-            model.target.rewind(common)
-        except ValueError:  # a sliding-window cache no longer holds that far back
-            return 0
-    return common
+            step = next(steps, None)
+            if step is None:
+                run.end("context" if len(request.tokens) < request.max_tokens else "length")
+                break
+            run.take(step)
+    except BaseException:
+        prefix.abandon()
+        raise
+    if memory is not None:
+        memory.keep(plan.governor, key)
+    return run.finish()
 
 
 def check_prompt(model, prompt_ids: list[int]) -> None:

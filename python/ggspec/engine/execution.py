@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 from ggspec.engine.acceptance import accept_match, accept_rejection
 from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.prefix_cache import SequencePrefix
 from ggspec.engine.sampling import Sampler
 from ggspec.speculators.base import DraftContext, Speculator
 from ggspec.engine.stats import SpecStats
@@ -43,7 +44,7 @@ class SpeculativeExecution:
 
     def __init__(self, target, sampler: Sampler, speculator: Speculator | None = None, *,
                  governor: SpeculationCostGovernor | None = None, stats: SpecStats | None = None,
-                 draft_cap: int | None = None, accept: str = "match",
+                 draft_cap: int | None = None, accept: str = "match", prefix: SequencePrefix | None = None,
                  clock: Callable[[], float] = time.perf_counter):
         self.target = target
         self.sampler = sampler
@@ -52,6 +53,7 @@ class SpeculativeExecution:
         self.stats = stats or SpecStats(clock=clock)
         self.draft_cap = draft_cap
         self.accept = accept
+        self.prefix = prefix  # the prefix cache's view of the sequence: every commit goes into it
         self.clock = clock
         # a session's governor outlives one generation; the stats count this one's share
         self._governor_start = (self.governor.parked_steps, self.governor.probes)
@@ -76,9 +78,27 @@ class SpeculativeExecution:
             yield emitted
 
     def prefill(self, tokens: Sequence[int], position: int = 0) -> int:
-        """Forwards the prompt (positions position..); returns the first sampled token."""
-        return self.finish_prefill(tokens, self.target.spec_forward(tokens, top_k=self._top_k,
-                                                                     hidden_layers=self._taps), position)
+        """Forwards the prompt (positions position..) in the chunks prompt_chunk_end
+        gives; returns the first sampled token."""
+        start, end = position, position + len(tokens)
+        max_rows = self.target.max_batch_rows if self.prefix is not None else len(tokens)
+        while True:
+            stop = self.prompt_chunk_end(start, end, max_rows)
+            chunk = tokens[start - position:stop - position]
+            out = self.target.spec_forward(chunk, top_k=self._top_k if stop == end else 1, hidden_layers=self._taps)
+            if stop == end:
+                return self.finish_prefill(chunk, out, start)
+            self.commit_prompt(chunk, out.hidden, start)
+            start = stop
+
+    def prompt_chunk_end(self, start: int, end: int, max_rows: int) -> int:
+        """Where a prompt chunk from position `start` ends (the prompt ends at `end`):
+        at most max_rows on, and where the prefix cache wants a checkpoint. (The cache
+        copies each chunk's blocks before a sliding-window ring can overwrite them, so
+        with one a prefill runs in chunks of at most the target's max_batch_rows.)"""
+        if self.prefix is None:
+            return min(end, start + max_rows)
+        return self.prefix.chunk_end(start, end, max_rows)
 
     def finish_prefill(self, tokens: Sequence[int], out, position: int = 0) -> int:
         """The forward `out` of the prompt's tokens at positions position.. (its last
@@ -92,6 +112,9 @@ class SpeculativeExecution:
         when a scheduler forwards it piecewise), with their rows at hidden_taps."""
         if self.speculator is not None and not self.speculator.handles_own_prefill:
             self.speculator.commit(tokens, hidden, position)
+        if self.prefix is not None:
+            with self.stats.phase("prefix_cache"):
+                self.prefix.commit(tokens, position, checkpoint=True)
         self._hidden = None if hidden is None else hidden[-1:]
 
     def step(self, history: Sequence[int], budget: int) -> list[int]:
@@ -139,6 +162,9 @@ class SpeculativeExecution:
         if self.speculator is not None:
             with stats.phase("commit"):
                 self.speculator.commit(rows[:kept], None if hidden is None else hidden[:kept], position)
+        if self.prefix is not None:
+            with stats.phase("prefix_cache"):
+                self.prefix.commit(rows[:kept], position)
         self._hidden = None if hidden is None else hidden[kept - 1:kept]
 
         if drafts:

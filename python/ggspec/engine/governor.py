@@ -102,6 +102,21 @@ class SpeculationCostGovernor:
             self._parked_left = 0
             self._start_probe()
 
+    # --- carrying over ---------------------------------------------------------
+    def learned(self) -> dict:
+        """What this governor has measured and decided (its baseline, its parking and
+        backoff), for the next request's governor on the same drafter and batch size."""
+        return {"plain": list(self._plain), "park_len": self._park_len, "parked_left": self._parked_left,
+                "probing": self._probing}
+
+    def resume(self, learned: dict) -> None:
+        """Starts from another governor's learned(): a new request goes on where the last
+        one left off (armed, or parked with its backoff) instead of probing afresh."""
+        self._plain.extend(learned["plain"])
+        self._park_len = learned["park_len"]
+        self._parked_left = learned["parked_left"]
+        self._probing = learned["probing"]
+
     # --- state -----------------------------------------------------------------
     def _park(self) -> None:
         self._parked_left = self._park_len
@@ -130,4 +145,28 @@ class SpeculationCostGovernor:
         return tokens / seconds if seconds > 0 else 0.0
 
 
-__all__ = ["SpeculationCostGovernor"]
+class GovernorMemory:
+    """What an engine's governors learned, per (speculator, drafter file, batch size):
+    a request's governor starts from what the last request with the same key left
+    (its plain baseline and its verdict), so a new request pays no fresh probe; within
+    a request it still re-probes as it parks."""
+
+    def __init__(self):
+        self._learned: dict[tuple, dict] = {}
+
+    @staticmethod
+    def key(plan, batch: int) -> tuple | None:
+        if plan.speculator is None or not plan.governor.enabled:
+            return None
+        return plan.speculator.name, plan.options.draft_model, batch
+
+    def start(self, governor: SpeculationCostGovernor, key: tuple | None) -> None:
+        if key in self._learned:
+            governor.resume(self._learned[key])
+
+    def keep(self, governor: SpeculationCostGovernor, key: tuple | None) -> None:
+        if key is not None:
+            self._learned[key] = governor.learned()
+
+
+__all__ = ["SpeculationCostGovernor", "GovernorMemory"]

@@ -9,17 +9,17 @@ from typing import Any
 
 from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.planner import SpeculationPlan
+from ggspec.engine.prefix_cache import SequencePrefix
 from ggspec.engine.sampling import Sampler
 from ggspec.engine.stream import Generation, Request
 from ggspec.text import StreamDecoder
 
 
 class RequestRun:
-    def __init__(self, tokenizer, request: Request, execution: SpeculativeExecution, reused: int = 0):
+    def __init__(self, tokenizer, request: Request, execution: SpeculativeExecution):
         self.tokenizer = tokenizer
         self.request = request
         self.execution = execution
-        self.reused = reused
         self.decoder = StreamDecoder(tokenizer)
         self.pieces: list[str] = []
         self.emitted: list[int] = []  # everything the runtime produced, past an end-of-generation token too
@@ -47,6 +47,12 @@ class RequestRun:
                 self.pieces.append(piece)
                 request.put(piece)
 
+    def fail(self, error: BaseException) -> None:
+        """The request ends with `error`; what its sequence holds is unknown."""
+        if self.execution.prefix is not None:
+            self.execution.prefix.abandon()
+        self.request.finish(error=error)
+
     def end(self, stop: str) -> None:
         """No more steps: the budget ("length"), the context's end or a cancel."""
         if self.stop is None:
@@ -60,8 +66,12 @@ class RequestRun:
             self.pieces.append(tail)
             request.put(tail)
         tokens = request.tokens
+        prefix = self.execution.prefix
+        if prefix is not None:
+            prefix.close()  # its tail joins the cache, and the sequence is remembered as holding it
         stats = self.clock.stats(len(request.prompt_ids), len(tokens), request.sampler.config.seed, self.stop)
-        stats["reused_prompt_tokens"] = self.reused
+        stats["reused_prompt_tokens"] = prefix.reused if prefix else 0
+        stats["prefix_source"] = prefix.source if prefix else None
         stats["max_batch_slots"] = self.max_batch_slots
         stats.update(self.execution.stats.as_dict())
         result = Generation("".join(self.pieces), list(tokens), list(request.prompt_ids), stats)
@@ -70,10 +80,13 @@ class RequestRun:
         return result
 
 
-def new_execution(target, plan: SpeculationPlan, sampler: Sampler, reused: int = 0) -> SpeculativeExecution:
-    """The request's runtime on `target` (a Target, or one sequence of it) under `plan`."""
+def new_execution(target, plan: SpeculationPlan, sampler: Sampler,
+                  prefix: SequencePrefix | None = None) -> SpeculativeExecution:
+    """The request's runtime on `target` (a Target, or one sequence of it) under `plan`;
+    prefix: the prefix cache's start of its sequence (what it reused)."""
     speculator = plan.speculator
     stats = plan.new_stats()
+    reused = prefix.reused if prefix else 0
     if speculator is not None and reused and not speculator.can_arm_after_prefix_reuse:
         stats.decline_reason = (f"{speculator.name}: cannot arm after a reused prefix "
                                 f"({reused} positions it never saw)")
@@ -82,7 +95,7 @@ def new_execution(target, plan: SpeculationPlan, sampler: Sampler, reused: int =
     if speculator is not None:
         speculator.reset()  # a new sequence, or a new turn of one: it re-reads the history
     return SpeculativeExecution(target, sampler, speculator, governor=plan.governor, stats=stats,
-                                draft_cap=plan.options.draft, accept=plan.options.accept)
+                                draft_cap=plan.options.draft, accept=plan.options.accept, prefix=prefix)
 
 
 class _Clock:

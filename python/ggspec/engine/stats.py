@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-PHASES = ("draft", "verify", "rollback", "snapshot", "commit")
+PHASES = ("draft", "verify", "rollback", "snapshot", "commit", "prefix_cache")
 
 
 @dataclass

@@ -27,14 +27,13 @@ class Request:
     pieces through a queue, the tokens so far, then the result or the error."""
 
     def __init__(self, prompt_ids: list[int], sampler, spec, max_tokens: int, ignore_eos: bool,
-                 session: object | None = None, on_token: Callable[[int], None] | None = None,
+                 on_token: Callable[[int], None] | None = None,
                  on_finish: Callable[[Generation], None] | None = None):
         self.prompt_ids = prompt_ids
         self.sampler = sampler
         self.spec = spec              # SpecOptions, or a SpeculationPlan the caller made
         self.max_tokens = max_tokens
         self.ignore_eos = ignore_eos
-        self.session = session        # requests with the same key reuse the KV prefix it left
         self.on_token = on_token
         self.on_finish = on_finish
         self.tokens: list[int] = []   # appended by the worker as tokens come

@@ -28,6 +28,7 @@ class SequenceView:
     n_embd = property(lambda self: self.target.n_embd)
     max_context_length = property(lambda self: self.target.max_context_length)
     max_verify_rows = property(lambda self: self.target.max_verify_rows)
+    max_batch_rows = property(lambda self: self.target.max_batch_rows)
     graph_builds = property(lambda self: self.target.graph_builds)
     verify_persists_accepted_kv = property(lambda self: self.target.verify_persists_accepted_kv)
 

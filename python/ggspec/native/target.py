@@ -116,6 +116,9 @@ class Target:
         self._lock = threading.RLock()
         self._nextn_head = None
         self._block_drafter = None
+        # per sequence, a value that changes whenever its cache does (sequence_stamp)
+        self._stamps: list[int] = [0]
+        self._clock = 0
 
     # --- shape ---------------------------------------------------------------
     arch = property(lambda self: self._core.arch)
@@ -236,6 +239,7 @@ class Target:
         taps = [self._tap_index(t) for t in hidden_layers]
         ids_in = token_array(tokens, self.n_vocab)
         with self._lock:
+            self._touch(seq)
             values, ids, hidden = self._core.forward(ids_in, all_logits, taps, int(top_k), _index("sequence", seq))
         return ForwardResult(logits=values, ids=ids, hidden=hidden)
 
@@ -252,6 +256,7 @@ class Target:
         taps = [self._tap_index(t) for t in hidden_layers]
         batch = [(_index("sequence", item.seq), token_array(item.tokens, self.n_vocab), item.head) for item in items]
         with self._lock:
+            self._touch(*(seq for seq, _, _ in batch))
             values, ids, hidden = self._core.forward_batch(batch, taps, int(top_k))
         return ForwardResult(logits=values, ids=ids, hidden=hidden)
 
@@ -266,7 +271,11 @@ class Target:
         A change empties every sequence."""
         n = _index("sequences", n)
         with self._lock:
-            self._core.set_n_seqs(n)
+            try:
+                self._core.set_n_seqs(n)
+            finally:
+                self._stamps = [0] * self._core.n_seqs
+                self._touch(*range(self._core.n_seqs))
 
     @property
     def max_batch_rows(self) -> int:
@@ -285,6 +294,46 @@ class Target:
             return int(tap)
         raise ValueError(f"hidden tap {tap!r} is neither 'final' nor a layer index in [0, {self.n_layer})")
 
+    # --- what a sequence holds ------------------------------------------------
+    def sequence_stamp(self, seq: int) -> int:
+        """A value that changes whenever sequence seq's cache does (a forward, rewind,
+        reset or copy): equal stamps mean it holds what it held."""
+        return self._stamps[seq]
+
+    def _touch(self, *seqs: int) -> None:
+        for seq in seqs:
+            if isinstance(seq, int) and 0 <= seq < len(self._stamps):  # the core names a bad one
+                self._clock += 1
+                self._stamps[seq] = self._clock
+
+    @property
+    def kv_position_bytes(self) -> int:
+        """What one position of a sequence's KV takes, every attention layer's K and V."""
+        return self._core.kv_position_bytes
+
+    @property
+    def sequence_state_bytes(self) -> int:
+        """What one sequence's recurrent state takes (0: an attention-only trunk)."""
+        return self._core.seq_state_bytes
+
+    def read_prefix(self, seq: int, position: int, sizes: Sequence[int], *, state: bool = False):
+        """Copies of consecutive positions of sequence seq's KV from `position`, sizes[i]
+        positions each (uint8, sizes[i] * kv_position_bytes), which a sliding-window ring
+        must still hold; with state=True also the recurrent state after them, which must
+        be the sequence's end. Returns ([copies], state or None). Reading several copies
+        at once touches each of V's rows once (V is transposed), not once per copy."""
+        sizes = [_index("copy size", n) for n in sizes]
+        with self._lock:
+            return self._core.read_prefix(_index("sequence", seq), _index("position", position), sizes, bool(state))
+
+    def append_prefix(self, seq: int, copies: Sequence[np.ndarray], state: np.ndarray | None = None) -> None:
+        """Appends read_prefix copies, in order, to sequence seq's end, as if their
+        positions had been forwarded there. On a recurrent trunk the sequence runs again
+        once a state (the one after the copies) brought its state to its length."""
+        with self._lock:
+            self._touch(seq)
+            self._core.append_prefix(_index("sequence", seq), list(copies), state)
+
     # --- cache control -------------------------------------------------------
     def ensure_capacity(self, n: int) -> None:
         """Raises ContextOverflowError unless a sequence of n positions fits."""
@@ -300,11 +349,13 @@ class Target:
         first, so roll a sequence back before forwarding the others."""
         length = _index("rewind length", length)
         with self._lock:
+            self._touch(seq)
             self._core.rewind(length, _index("sequence", seq))
 
     def reset_sequence(self, seq: int) -> None:
         """Empties one sequence of the cache, and the drafters' region of it."""
         with self._lock:
+            self._touch(seq)
             self._core.reset_seq(_index("sequence", seq))
 
     def set_recurrent_rollback(self, path: str) -> None:
@@ -325,8 +376,9 @@ class Target:
             self._core.restore_recurrent(_index("sequence", seq))
 
     def reset(self) -> None:
-        """Empties the sequence."""
+        """Empties every sequence."""
         with self._lock:
+            self._touch(*range(len(self._stamps)))
             self._core.reset()
 
     def __repr__(self) -> str:

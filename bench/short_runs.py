@@ -1,0 +1,114 @@
+"""Short generations with a useless drafter: does speculation cost anything there?
+
+    python -m bench.short_runs [--rounds 3] [--tokens 96] [--requests 20] [-t 2]
+
+On a random qwen35 of the shape the governor's issue names (f16, n_embd 1024, 16
+layers, about 565 MB, with its random NextN head) and a random DFlash drafter
+(block 8), written once under ~/.cache/ggspec/bench, so no draft is ever right:
+
+  fresh    a fresh process's first generation of --tokens tokens
+           (`ggspec generate -n N --json`), drafting against `--no-spec`;
+  engine   --requests consecutive requests of --tokens tokens in one Engine, whose
+           governor carries what it learned from one request to the next, against
+           the same requests with speculation off, in sum.
+
+Each round runs every configuration, in an order rotated each round; reported
+per (drafter, kind): the median of the per-round ratios of generated tokens/s
+to plain. The prompts are token ids drawn from the vocabulary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import ggspec
+from bench.dflash_bench import synthetic_drafter
+from bench.qwen35_rollback import SHAPE
+from ggspec.speculators.options import SpecOptions
+
+DRAFTERS = ("none", "draft-head", "block")
+
+
+def synthetic_model() -> Path:
+    from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+
+    path = Path.home() / ".cache" / "ggspec" / "bench" / "qwen35-synthetic-16l-f16.gguf"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        write_tiny_qwen35(partial, dtype="f16", **{**SHAPE, "n_layer": 16})
+        partial.rename(path)
+    return path
+
+
+def spec_flags(drafter: str, drafter_path: Path) -> list[str]:
+    if drafter == "none":
+        return ["--no-spec"]
+    if drafter == "block":
+        return ["--spec-type", "block", "--draft-model", str(drafter_path)]
+    return ["--spec-type", drafter]
+
+
+def fresh_run(model: Path, drafter: str, drafter_path: Path, tokens: int, threads: int, prompt: str) -> float:
+    """Generated tokens/s of a fresh `ggspec generate`."""
+    cmd = [sys.executable, "-m", "ggspec", "generate", "-m", str(model), "-p", prompt, "-n", str(tokens),
+           "--ignore-eos", "--temp", "0", "-t", str(threads), "--json", *spec_flags(drafter, drafter_path)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout
+    return json.loads(out.splitlines()[-1])["stats"]["gen_tokens_per_second"]
+
+
+def engine_run(model: ggspec.Model, drafter: str, drafter_path: Path, prompts: list[list[int]], tokens: int) -> float:
+    """Generated tokens/s over consecutive requests in one fresh Engine."""
+    spec = {"none": False, "draft-head": "draft-head",
+            "block": SpecOptions(spec_type="block", draft_model=str(drafter_path))}[drafter]
+    generated = seconds = 0.0
+    with ggspec.Engine(model) as engine:
+        for ids in prompts:
+            r = engine.submit(ids, max_tokens=tokens, ignore_eos=True, temperature=0, spec=spec).result
+            generated += r.stats["gen_tokens"] - 1
+            seconds += r.stats["gen_seconds"]
+    return generated / seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=96)
+    ap.add_argument("--requests", type=int, default=20)
+    ap.add_argument("-t", "--threads", type=int, default=2)
+    ap.add_argument("--kinds", nargs="+", default=["fresh", "engine"], choices=["fresh", "engine"])
+    args = ap.parse_args()
+    model_path, drafter_path = synthetic_model(), synthetic_drafter()
+    rng = np.random.default_rng(0)
+    model = ggspec.Model(str(model_path), n_ctx=1024, n_threads=args.threads)
+    prompts = [rng.integers(3, model.target.n_vocab, size=48).tolist() for _ in range(args.requests)]
+    text = "The harbor was quiet in the early morning, and the boats"
+    rates: dict[tuple[str, str], list[float]] = {}
+    for round_ in range(args.rounds):
+        order = DRAFTERS[round_ % 3:] + DRAFTERS[:round_ % 3]
+        for kind in args.kinds:
+            for drafter in order:
+                if kind == "fresh":
+                    rate = fresh_run(model_path, drafter, drafter_path, args.tokens, args.threads, text)
+                else:
+                    rate = engine_run(model, drafter, drafter_path, prompts, args.tokens)
+                rates.setdefault((kind, drafter), []).append(rate)
+                print(f"round {round_} {kind} {drafter}: {rate:.2f} tok/s", flush=True)
+    print("\n| kind | drafter | tok/s (median) | ratio to plain (median of rounds) |\n|---|---|---|---|")
+    for kind in args.kinds:
+        plain = rates[(kind, "none")]
+        for drafter in DRAFTERS:
+            values = rates[(kind, drafter)]
+            ratio = statistics.median(v / p for v, p in zip(values, plain))
+            print(f"| {kind} | {drafter} | {statistics.median(values):.2f} | {ratio:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
