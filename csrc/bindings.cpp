@@ -147,7 +147,6 @@ void drafter_inject(Target & t, const FloatRows & features, int64_t start, int64
     d.inject(features.data(), features.shape(0), start, seq);
 }
 
-// (values [rows, k], ids [rows, k], pairs [rows - 1, k, k] or None) of the block's MASK rows.
 using Bytes = py::array_t<uint8_t, py::array::c_style>;
 
 // ([kv bytes per copy], state bytes or None): a prefix cache's copies of
@@ -199,6 +198,7 @@ void append_prefix(Target & t, int64_t seq, const std::vector<Bytes> & kv, const
     t.append_prefix(seq, copies, state_data);
 }
 
+// (values [rows, k], ids [rows, k], pairs [rows - 1, k, k] or None) of the block's MASK rows.
 py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq) {
     BlockDrafter & d = drafter_of(t);
     BlockDraft out;

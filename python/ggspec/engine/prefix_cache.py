@@ -242,20 +242,20 @@ class SequencePrefix:
 
     def _extend_chain(self, checkpoint: bool) -> None:
         """Stores the full blocks the sequence has completed, each with its parent's
-        key, reading the missing ones in one copy."""
+        key, reading the missing ones in one copy. checkpoint: on a recurrent trunk,
+        the block that ends the sequence keeps the state after it."""
         cache, size = self.cache, self.cache.block_tokens
-        first = len(self._chain)
-        n_full = len(self.tokens) // size
-        if self._stopped or n_full <= first:
+        if self._stopped:
             return
+        first, n_full = len(self._chain), len(self.tokens) // size
         keys, parent = [], self._chain[-1].key if self._chain else _ROOT
         for i in range(first, n_full):
             parent = _key(parent, self.tokens[i * size:(i + 1) * size])
             keys.append(parent)
-        with_state = cache.recurrent and checkpoint and n_full * size == len(self.tokens)
+        with_state = cache.recurrent and checkpoint and n_full > 0 and n_full * size == len(self.tokens)
         missing = next((i for i, key in enumerate(keys) if cache._get(key) is None), len(keys))
         copies, state = [], None
-        if missing < len(keys) or with_state:
+        if missing < len(keys):
             try:
                 copies, state = cache.target.read_prefix(self.seq, (first + missing) * size,
                                                          [size] * (len(keys) - missing), state=with_state)
@@ -269,18 +269,21 @@ class SequencePrefix:
             if block is None:
                 self._stopped = True  # no room: a later block could not be found without it
                 return
-            if i == len(keys) - 1 and state is not None and block.state is None:
-                cache._add_state(block, state)
             cache._ref(block)
             self._chain.append(block)
+        if with_state and len(self._chain) == n_full and self._chain[-1].state is None:
+            if state is None:  # no copy read it with the blocks
+                _, state = cache.target.read_prefix(self.seq, len(self.tokens), [], state=True)
+            cache._add_state(self._chain[-1], state)
 
     def close(self) -> None:
         """The request has ended: its tail block (with the state, on a recurrent trunk)
         joins the cache, the sequence is remembered as holding its tokens, and its
         blocks are released."""
-        cache, size = self.cache, self.cache.block_tokens
-        start = len(self._chain) * size
-        if not self._stopped and start < len(self.tokens):
+        cache, start = self.cache, len(self._chain) * self.cache.block_tokens
+        if start == len(self.tokens):
+            self._extend_chain(checkpoint=True)  # the last full block ends the sequence: it takes the checkpoint
+        elif not self._stopped:
             parent = self._chain[-1] if self._chain else None
             key = _key(parent.key if parent else _ROOT, self.tokens[start:])
             tail = cache._get(key)
@@ -296,10 +299,6 @@ class SequencePrefix:
                     cache._touch(tail)
             except ValueError:  # a sliding-window ring no longer holds those positions
                 pass
-        elif not self._stopped and self._chain and cache.recurrent and self._chain[-1].state is None:
-            # the last full block ends the sequence: it takes the checkpoint
-            _, state = cache.target.read_prefix(self.seq, start, [], state=True)
-            cache._add_state(self._chain[-1], state)
         cache._resident[self.seq] = (cache.target.sequence_stamp(self.seq), list(self.tokens))
         self.abandon()
 

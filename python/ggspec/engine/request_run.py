@@ -22,7 +22,6 @@ class RequestRun:
         self.execution = execution
         self.decoder = StreamDecoder(tokenizer)
         self.pieces: list[str] = []
-        self.emitted: list[int] = []  # everything the runtime produced, past an end-of-generation token too
         self.stop: str | None = None
         self.max_batch_slots = 1      # the most sequences that shared one forward with this one
         self.clock = _Clock()
@@ -33,7 +32,6 @@ class RequestRun:
     def take(self, step: list[int]) -> None:
         """A step's emitted tokens: streamed until an end-of-generation token stops the run."""
         request = self.request
-        self.emitted.extend(step)
         for token in step:
             self.clock.tick(first=self.clock.t_prompt is None)
             if request.on_token is not None:
