@@ -10,7 +10,8 @@ layers, about 565 MB, with its random NextN head) and a random DFlash drafter
            (`ggspec generate -n N --json`), drafting against `--no-spec`;
   engine   --requests consecutive requests of --tokens tokens in one Engine, whose
            governor carries what it learned from one request to the next, against
-           the same requests with speculation off, in sum.
+           the same requests with speculation off, in sum; an Engine per drafter,
+           taking each prompt in turn.
 
 Each round runs every configuration, in an order rotated each round; reported
 per (drafter, kind): the median of the per-round ratios of generated tokens/s
@@ -57,24 +58,37 @@ def spec_flags(drafter: str, drafter_path: Path) -> list[str]:
 
 
 def fresh_run(model: Path, drafter: str, drafter_path: Path, tokens: int, threads: int, prompt: str) -> float:
-    """Generated tokens/s of a fresh `ggspec generate`."""
+    """Generated tokens/s of a fresh `ggspec generate`; prints its load and speculation setup time."""
     cmd = [sys.executable, "-m", "ggspec", "generate", "-m", str(model), "-p", prompt, "-n", str(tokens),
            "--ignore-eos", "--temp", "0", "-t", str(threads), "--json", *spec_flags(drafter, drafter_path)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout
-    return json.loads(out.splitlines()[-1])["stats"]["gen_tokens_per_second"]
+    result = json.loads(out.splitlines()[-1])
+    print(f"  load {result['load_ms']:.0f} ms, speculation setup {result['stats']['setup_ms']:.0f} ms")
+    return result["stats"]["gen_tokens_per_second"]
 
 
-def engine_run(model: ggspec.Model, drafter: str, drafter_path: Path, prompts: list[list[int]], tokens: int) -> float:
-    """Generated tokens/s over consecutive requests in one fresh Engine."""
-    spec = {"none": False, "draft-head": "draft-head",
-            "block": SpecOptions(spec_type="block", draft_model=str(drafter_path))}[drafter]
-    generated = seconds = 0.0
-    with ggspec.Engine(model) as engine:
-        for ids in prompts:
-            r = engine.submit(ids, max_tokens=tokens, ignore_eos=True, temperature=0, spec=spec).result
-            generated += r.stats["gen_tokens"] - 1
-            seconds += r.stats["gen_seconds"]
-    return generated / seconds
+def engine_round(model: ggspec.Model, drafter_path: Path, prompts: list[list[int]], tokens: int,
+                 order: tuple[str, ...]) -> dict[str, float]:
+    """Generated tokens/s per drafter over consecutive requests, each drafter in an
+    Engine of its own (its governor carrying what it learned from one request to the
+    next); the engines take each prompt in turn, so host drift hits them alike."""
+    specs = {"none": False, "draft-head": "draft-head",
+             "block": SpecOptions(spec_type="block", draft_model=str(drafter_path))}
+    generated = dict.fromkeys(order, 0.0)
+    seconds = dict.fromkeys(order, 0.0)
+    engines = {drafter: ggspec.Engine(model) for drafter in order}
+    try:
+        for i, ids in enumerate(prompts):
+            turn = order[i % len(order):] + order[:i % len(order)]
+            for drafter in turn:
+                r = engines[drafter].submit(ids, max_tokens=tokens, ignore_eos=True, temperature=0,
+                                            spec=specs[drafter]).result
+                generated[drafter] += r.stats["gen_tokens"] - 1
+                seconds[drafter] += r.stats["gen_seconds"]
+    finally:
+        for engine in engines.values():
+            engine.close()
+    return {drafter: generated[drafter] / seconds[drafter] for drafter in order}
 
 
 def main() -> None:
@@ -87,18 +101,19 @@ def main() -> None:
     args = ap.parse_args()
     model_path, drafter_path = synthetic_model(), synthetic_drafter()
     rng = np.random.default_rng(0)
-    model = ggspec.Model(str(model_path), n_ctx=1024, n_threads=args.threads)
+    # no prefix cache: the engines run the same prompts, and a reused prefix would turn the head off
+    model = ggspec.Model(str(model_path), n_ctx=1024, n_threads=args.threads, prefix_cache_mb=None)
     prompts = [rng.integers(3, model.target.n_vocab, size=48).tolist() for _ in range(args.requests)]
     text = "The harbor was quiet in the early morning, and the boats"
     rates: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.rounds):
         order = DRAFTERS[round_ % 3:] + DRAFTERS[:round_ % 3]
         for kind in args.kinds:
-            for drafter in order:
-                if kind == "fresh":
-                    rate = fresh_run(model_path, drafter, drafter_path, args.tokens, args.threads, text)
-                else:
-                    rate = engine_run(model, drafter, drafter_path, prompts, args.tokens)
+            if kind == "fresh":
+                round_rates = {d: fresh_run(model_path, d, drafter_path, args.tokens, args.threads, text) for d in order}
+            else:
+                round_rates = engine_round(model, drafter_path, prompts, args.tokens, order)
+            for drafter, rate in round_rates.items():
                 rates.setdefault((kind, drafter), []).append(rate)
                 print(f"round {round_} {kind} {drafter}: {rate:.2f} tok/s", flush=True)
     print("\n| kind | drafter | tok/s (median) | ratio to plain (median of rounds) |\n|---|---|---|---|")

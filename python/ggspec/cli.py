@@ -105,25 +105,25 @@ def _generate(args) -> None:
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",
                  ignore_eos=args.ignore_eos, spec=spec)
     try:
-        _print(run, args.json)
+        _print(run, args.json, model.load_seconds)
     except KeyboardInterrupt:
         run.cancel()  # the engine's worker stops within a step; wait for it before exiting
         run.result
         raise
 
 
-def _print(run, as_json: bool) -> None:
+def _print(run, as_json: bool, load_seconds: float) -> None:
     if as_json:
         r = run.result
-        json.dump({"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens, "stats": r.stats},
-                  sys.stdout, ensure_ascii=False)
+        json.dump({"text": r.text, "tokens": r.tokens, "prompt_tokens": r.prompt_tokens,
+                   "load_ms": 1000.0 * load_seconds, "stats": r.stats}, sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
         return
     for piece in run:
         sys.stdout.write(piece)
         sys.stdout.flush()
     sys.stdout.write("\n")
-    print(_stats_line(run.result.stats), file=sys.stderr)
+    print(_stats_line(run.result.stats, load_seconds), file=sys.stderr)
 
 
 def _info(args) -> None:
@@ -133,8 +133,11 @@ def _info(args) -> None:
     print(json.dumps(info, ensure_ascii=False) if args.json else format_info(info))
 
 
-def _stats_line(s: dict) -> str:
-    line = (f"ggspec: prompt {s['prompt_tokens']} tokens at {s['prompt_tokens_per_second']:.1f} tok/s, "
+def _stats_line(s: dict, load_seconds: float) -> str:
+    line = f"ggspec: loaded in {load_seconds:.2f} s"
+    if s["setup_ms"] > 0:
+        line += f", speculation set up in {s['setup_ms'] / 1000:.2f} s (drafter, step costs)"
+    line += (f"\nggspec: prompt {s['prompt_tokens']} tokens at {s['prompt_tokens_per_second']:.1f} tok/s, "
             f"generated {s['gen_tokens']} at {s['gen_tokens_per_second']:.1f} tok/s, "
             f"stop: {s['stop']}, seed {s['seed']}")
     if s["decline_reason"]:

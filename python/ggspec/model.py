@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Mapping, Sequence
 
 from ggspec.default_model import default_model_path
@@ -33,8 +34,12 @@ class Model:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"model file not found: {path}")
         self.path = path
+        t0 = time.perf_counter()
         self.target: Target = load(path, **target_options)  # validates the file first
         self.tokenizer = Tokenizer.from_gguf(path)
+        #: what loading took (the weights, the tokenizer); a speculation plan's own setup
+        #: (a drafter, its step costs) is its first request's setup_ms
+        self.load_seconds = time.perf_counter() - t0
         #: held by the engine worker that is running a request on the target: engines
         #: on one model take turns, and only the holder calls into the target
         self.lease = threading.Lock()

@@ -10,7 +10,8 @@ Each step, in first-come order:
 
 A slot's rows get the bits its sequence alone would get (Target.forward_batch),
 so its tokens are the ones the same request gives alone, whatever the other
-slots do.
+slots do. Its governor is charged the slot's share of what the step cost the
+batch (engine/batch_costs.py), so drafting is kept where it pays for the batch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections import deque
 
 import numpy as np
 
+from ggspec.engine.batch_costs import BatchRowCosts, marginal_row_prior
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
 from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
 from ggspec.engine.planner import SpeculationPlan, drafter_attached, plan_speculation
@@ -60,6 +62,7 @@ class BatchScheduler:
         self.order: list[_Slot] = []  # running slots, oldest first
         self.waiting: deque[Request] = deque()
         self.memory = GovernorMemory()
+        self.row_costs = BatchRowCosts()  # what a row costs a step, per batch size
 
     @property
     def busy(self) -> bool:
@@ -83,6 +86,7 @@ class BatchScheduler:
             return
         top_k = _batch_top_k([slot.execution.forward_top_k for slot, _ in parts])
         taps = _batch_taps([slot.execution.hidden_taps for slot, _ in parts])
+        builds = self.target.graph_builds
         t0 = time.perf_counter()
         try:
             out = self.target.forward_batch(items, top_k=top_k, hidden_layers=taps)
@@ -91,6 +95,10 @@ class BatchScheduler:
                 self._fail(slot, e)
             return
         elapsed = time.perf_counter() - t0
+        # a prompt chunk or a graph build makes the step's time say nothing about decoding
+        steady = all(isinstance(part, StepPlan) for _, part in parts) and self.target.graph_builds == builds
+        shares = self._shares([part for _, part in parts if isinstance(part, StepPlan)],
+                              [slot for slot, part in parts if isinstance(part, StepPlan)], elapsed, steady)
         row = out_row = 0
         for (slot, part), item in zip(parts, items):
             n_out = {"all": len(item.tokens), "last": 1, "none": 0}[item.head]
@@ -101,7 +109,7 @@ class BatchScheduler:
             out_row += n_out
             slot.run.max_batch_slots = max(slot.run.max_batch_slots, len(items))
             try:
-                self._take(slot, part, rows, elapsed)
+                self._take(slot, part, rows, elapsed, shares.get(slot.seq), steady)
             except Exception as e:  # noqa: BLE001 - the request's own error
                 self._fail(slot, e)
 
@@ -164,11 +172,24 @@ class BatchScheduler:
                 parts.append((slot, plan))
         return items, parts
 
-    def _take(self, slot: _Slot, part, out: ForwardResult, elapsed: float) -> None:
+    def _shares(self, plans: list[StepPlan], slots: list[_Slot], elapsed: float, steady: bool) -> dict[int, float]:
+        """Each decoding slot's share of the step's cost to the batch (engine/batch_costs.py), by sequence."""
+        if not plans:
+            return {}
+        rows = [len(plan.rows) for plan in plans]
+        if steady:
+            self.row_costs.observe(len(rows), sum(rows), elapsed)
+        priors = [p for p in (marginal_row_prior(slot.execution.governor.costs) for slot in slots) if p is not None]
+        shares = self.row_costs.shares(elapsed, rows, [plan.draft_seconds for plan in plans],
+                                       sum(priors) / len(priors) if priors else None)
+        return {slot.seq: share for slot, share in zip(slots, shares)}
+
+    def _take(self, slot: _Slot, part, out: ForwardResult, elapsed: float, share: float | None,
+              steady: bool) -> None:
         execution, run = slot.execution, slot.run
         if isinstance(part, StepPlan):
             execution.stats.seconds["verify"] += elapsed
-            emitted = execution.finish_step(part, out)
+            emitted = execution.finish_step(part, out, seconds=share, warmup=not steady)
         else:
             start = slot.prefilled
             chunk = slot.prompt[start:start + part]

@@ -29,6 +29,8 @@ class StepPlan:
     position: int             # the pending token's
     t0: float
     builds: int               # the target's graph builds when the step began
+    drafting: bool            # the drafter ran for this step (the governor counts its cost)
+    draft_seconds: float      # what planning the step took (drafting)
 
     @property
     def verifies(self) -> bool:
@@ -142,14 +144,17 @@ class SpeculativeExecution:
         t0 = self.clock()
         builds = self.target.graph_builds
         position = len(history) - 1
-        drafts, shadow = self._draft(history, position, budget)
+        drafts, shadow, drafting = self._draft(history, position, budget)
         if drafts:
             with self.stats.phase("snapshot"):
                 self.target.snapshot_recurrent()
-        return StepPlan([history[-1], *drafts], drafts, shadow, position, t0, builds)
+        return StepPlan([history[-1], *drafts], drafts, shadow, position, t0, builds, drafting,
+                        self.clock() - t0)
 
-    def finish_step(self, plan: "StepPlan", out) -> list[int]:
-        """Accepts, rolls back and commits after the plan's forward; returns the emitted tokens."""
+    def finish_step(self, plan: "StepPlan", out, seconds: float | None = None, warmup: bool = False) -> list[int]:
+        """Accepts, rolls back and commits after the plan's forward; returns the emitted
+        tokens. seconds: what the step cost this sequence (default: since it was planned),
+        for the governor; warmup: its time is not steady state (the governor skips it)."""
         target, stats = self.target, self.stats
         rows, drafts, position = plan.rows, plan.drafts, plan.position
         with stats.phase("verify"):
@@ -173,25 +178,28 @@ class SpeculativeExecution:
             stats.plain_steps += 1
         if plan.shadow is not None:
             self.governor.observe_shadow(plan.shadow[:1] == emitted[:1])
-        self.governor.observe(bool(drafts), len(emitted), self.clock() - plan.t0,
-                              warmup=target.graph_builds != plan.builds)
+        self.governor.observe(plan.drafting, len(emitted), self.clock() - plan.t0 if seconds is None else seconds,
+                              warmup=warmup or target.graph_builds != plan.builds, drafts=len(drafts))
         stats.governor_parked_steps = self.governor.parked_steps - self._governor_start[0]
         stats.governor_probes = self.governor.probes - self._governor_start[1]
         stats.state_transfer_bytes = target.state_transfer_bytes - self._state_bytes_start
         return emitted
 
-    def _draft(self, history: Sequence[int], position: int, budget: int) -> tuple[list[int], list[int] | None]:
-        """(drafts to verify, unverified shadow drafts or None)."""
+    def _draft(self, history: Sequence[int], position: int,
+               budget: int) -> tuple[list[int], list[int] | None, bool]:
+        """(drafts to verify, unverified shadow drafts or None, whether the step counts as
+        drafting: the drafter ran for a verify, and a pass that proposed nothing still
+        cost its time, unless proposing costs next to nothing)."""
         spec = self.speculator
         # the verify must fit the context and keep what it needs to roll back
         room = min(budget, self.target.max_context_length - position, self.target.max_verify_rows) - 1
         if self.draft_cap is not None:
             room = min(room, self.draft_cap)
         if spec is None or room < 1:
-            return [], None
+            return [], None, False
         drafting = self.governor.should_draft()
         if not drafting and not (self.governor.parked and spec.proposes_cheaply):
-            return [], None
+            return [], None, False
         if self.governor.draft_limit is not None:
             room = min(room, self.governor.draft_limit)
         drafts: list[int] = []
@@ -200,7 +208,9 @@ class SpeculativeExecution:
         with self.stats.phase("draft"):
             n = spec.propose(ctx, drafts)
         drafts = drafts[:max(0, min(n, room))]
-        return (drafts, None) if drafting else ([], drafts)
+        if not drafting:
+            return [], drafts, False
+        return drafts, None, bool(drafts) or not spec.proposes_cheaply
 
     def _accept(self, out, drafts: list[int], first_position: int) -> list[int]:
         if self.accept == "rejection" and drafts:

@@ -5,12 +5,18 @@ It sits beside the verify loop, not inside it. The loop reports every step
 compares the emitted-tokens-per-second of drafting steps with that of plain
 steps and parks drafting while it loses, re-probing with exponential backoff.
 It knows nothing about the algorithm, so a drafter however bad costs at most
-its probes.
+its probes. With the target's step costs, measured when speculation is planned
+(engine/step_costs.py), it also knows what a probe costs before running one, so
+a fresh process's first short generation loses no more than a plain one; in a
+batch it is charged each step's cost to the whole batch (engine/batch_costs.py).
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
+
+from ggspec.engine.step_costs import StepCosts
 
 
 class SpeculationCostGovernor:
@@ -28,16 +34,31 @@ class SpeculationCostGovernor:
         long a workload that turns predictable (prose, then copying) waits to re-arm.
     plain_refresh: a drafting run takes one plain step this often, so the
         baseline never goes stale when the drafter proposes on every step.
+    costs: the target's measured step costs (engine/step_costs.py). With them a
+        probe verifies one draft, the cheapest step that says whether drafts land,
+        and is judged by its acceptance at the best window the costs allow, with
+        the benefit of the doubt (one more landed draft than it saw); a drafter
+        that could not pay even if every draft landed is never probed; and a failed
+        probe parks long enough that probing costs at most `overhead` of plain time,
+        up to max_budget_park_steps (a probe whose drafter must first catch up on
+        everything it missed, a per-token head, costs more the longer it was parked,
+        so it is probed less often instead).
     """
 
     def __init__(self, enabled: bool = True, *, plain_window: int = 16, judge_window: int = 8,
                  probe_steps: int = 2, probe_window: int = 2, clear_loss: float = 0.7, park_steps: int = 8,
                  max_park_steps: int = 128,
-                 plain_refresh: int = 64, min_plain_samples: int = 2, shadow_hits_to_rearm: int = 4):
+                 plain_refresh: int = 64, min_plain_samples: int = 2, shadow_hits_to_rearm: int = 4,
+                 costs: StepCosts | None = None, overhead: float = 0.01, max_budget_park_steps: int = 512):
         self.enabled = enabled
+        self.costs = costs
+        self.overhead = overhead
+        self.max_budget_park = max_budget_park_steps
+        # whether drafting could pay on this machine if every draft landed
+        self._could_pay = costs is None or costs.best_gain(1.0) > 1.0
         self.judge_window = judge_window
         self.probe_steps = probe_steps
-        self.probe_window = probe_window
+        self.probe_window = 1 if costs is not None else probe_window
         self.clear_loss = clear_loss
         self.first_park = park_steps
         self.max_park = max_park_steps
@@ -50,6 +71,9 @@ class SpeculationCostGovernor:
         self._park_len = park_steps
         self._parked_left = 0
         self._probing = True          # the first drafting steps are a probe
+        # a probe's steps, landed drafts, steps that missed, and plain steps' worth of time lost
+        self._probed = self._landed = self._missed = 0
+        self._lost = 0.0
         self._since_plain = 0
         # reported in the stats
         self.parked_steps = 0
@@ -67,12 +91,29 @@ class SpeculationCostGovernor:
             if self._parked_left == 0:
                 self._start_probe()
             return False
+        if self._probing and not self._could_pay:
+            self._park()  # no acceptance could pay for these steps on this machine
+            return False
         return True
 
-    def observe(self, drafted: bool, tokens: int, seconds: float, warmup: bool = False) -> None:
-        """One finished step. warmup: it paid a one-time cost (a graph build), so
-        its time says nothing about steady state and is not counted."""
-        if not self.enabled or warmup or seconds <= 0.0:
+    def observe(self, drafted: bool, tokens: int, seconds: float, warmup: bool = False, drafts: int = 0) -> None:
+        """One finished step. drafted: the drafter ran for it (whether or not it
+        proposed); drafts: how many it verified. warmup: it paid a one-time cost (a
+        graph build), so its time says nothing about steady state and is not counted."""
+        if not self.enabled:
+            return
+        if drafted and self._probing and self.costs is not None:
+            # what the step lost against plain, in plain steps: measured (a drafter's catch-up
+            # over the steps it was parked included), or the costs' figure when the step's
+            # time is not steady; acceptance needs no clean timing
+            plain_rate = self._rate(self._plain)
+            if warmup or seconds <= 0.0 or plain_rate <= 0.0:
+                lost = self.costs.extra(drafts)
+            else:
+                lost = seconds * plain_rate - tokens
+            self._judge_probe(tokens - 1, drafts, lost)
+            return
+        if warmup or seconds <= 0.0:
             return
         if not drafted:
             self._plain.append((tokens, seconds))
@@ -85,11 +126,21 @@ class SpeculationCostGovernor:
             if spec_rate < self.clear_loss * plain_rate:
                 self._park()  # no need to spend the rest of the probe on a drafter this bad
             return
-        if spec_rate < plain_rate:
+        if spec_rate < plain_rate and len(self._spec) >= self.probe_steps:
             self._park()
         elif self._probing:
-            self._probing = False
-            self._park_len = self.first_park  # speculation pays again: a later loss parks briefly
+            self._arm()
+
+    def _judge_probe(self, landed: int, drafts: int, lost: float) -> None:
+        self._since_plain += 1
+        self._probed += 1
+        self._lost += max(0.0, lost)
+        self._landed += landed
+        self._missed += landed < drafts or drafts == 0
+        if self.costs.best_gain((self._landed + 1) / (self._landed + self._missed + 1)) <= 1.0:
+            self._park()
+        elif self._probed >= self.probe_steps:
+            self._arm()
 
     def observe_shadow(self, hit: bool) -> None:
         """While parked, a speculator whose proposals cost next to nothing may still
@@ -119,13 +170,24 @@ class SpeculationCostGovernor:
 
     # --- state -----------------------------------------------------------------
     def _park(self) -> None:
-        self._parked_left = self._park_len
-        self._park_len = min(2 * self._park_len, self.max_park)
+        length = self._park_len
+        if self._probing and self.costs is not None:
+            # long enough that the probe's loss is `overhead` of the plain time it parks for
+            length = max(length, min(self.max_budget_park, math.ceil(self._lost / self.overhead)))
+        self._parked_left = length
+        self._park_len = min(2 * length, self.max_park)
         self._spec.clear()
+
+    def _arm(self) -> None:
+        self._probing = False
+        self._park_len = self.first_park  # speculation pays again: a later loss parks briefly
+        self._spec.clear()  # judged from here at the speculator's own window
 
     def _start_probe(self) -> None:
         self._shadow_hits = 0
         self._probing = True
+        self._probed = self._landed = self._missed = 0
+        self._lost = 0.0
         self.probes += 1
         self._spec.clear()
 

@@ -7,7 +7,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-PHASES = ("draft", "verify", "rollback", "snapshot", "commit", "prefix_cache")
+# setup: planning (attaching a drafter, measuring step costs), paid by the first request of a plan
+PHASES = ("setup", "draft", "verify", "rollback", "snapshot", "commit", "prefix_cache")
 
 
 @dataclass

@@ -69,6 +69,9 @@ class Speculator(ABC):
     #: parks drafting the runtime may still propose, unverified, to see whether
     #: drafting would pay again.
     proposes_cheaply: bool = False
+    #: Each draft is a pass of its own (a per-token head), so a step's drafting cost
+    #: grows with its drafts; else one pass proposes the whole window.
+    pass_per_draft: bool = False
 
     def __init__(self, max_draft_tokens: int, min_draft_prob: float | None = None):
         if not 1 <= max_draft_tokens <= 64:

@@ -20,6 +20,7 @@ class DraftHeadSpeculator(Speculator):
     default_min_draft_prob = 0.75
     needs_hidden_state = True
     hidden_layers = ("final",)
+    pass_per_draft = True
 
     def __init__(self, head, n_embd: int, max_draft_tokens: int = 3, min_draft_prob: float | None = None,
                  fold_catch_up: bool = True):
