@@ -3,6 +3,7 @@
     python -m bench.concurrency                     # both models, concurrency 1 2 4 8, plain and n-gram
     python -m bench.concurrency --models gemma3-270m-q4_k_m --levels 4 --rounds 1
     python -m bench.concurrency --workloads system chat   # prefix-sharing workloads
+    python -m bench.concurrency --spec-pairs --rounds 4   # ggspec alone: n-gram on against off, paired
 
 Workloads: "fresh" (every prompt computed anew: both sides' prompt caches off),
 "system" (a shared system prompt, then each request's own question) and "chat"
@@ -287,6 +288,33 @@ def _median_stats(levels: list[dict]) -> dict:
     return out
 
 
+def spec_pairs(args, paths) -> str:
+    """ggspec alone, speculation on (n-gram) against off at each level: the two run
+    back to back in each round, in an order alternated each round, so the host's drift
+    hits them alike; the ratio is the median of the per-round ratios."""
+    lines = ["| model | workload | N | off tok/s | on tok/s | on / off (median of rounds) | rounds |",
+             "|---|---|---|---|---|---|---|"]
+    for name in args.models:
+        path = str(paths[name])
+        tokenizer = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads, prefix_cache_mb=None)
+        prompts = prompt_ids(tokenizer)
+        for workload in args.workloads:
+            for n in args.levels:
+                work = workload_jobs(tokenizer, workload, prompts, n * args.requests)
+                rates = {"plain": [], "ngram": []}
+                for round_ in range(args.rounds):
+                    for config in (("plain", "ngram") if round_ % 2 == 0 else ("ngram", "plain")):
+                        model = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads,
+                                             prefix_cache_mb=None if workload == "fresh" else 1024)
+                        rates[config].append(ggspec_level(model, config, n, work, args.n)["tokens_per_second"])
+                    print(f"{name} {workload} N={n} round {round_}: off {rates['plain'][-1]:.1f}, "
+                          f"on {rates['ngram'][-1]:.1f} tok/s", flush=True)
+                ratio = statistics.median(a / b for a, b in zip(rates["ngram"], rates["plain"]))
+                lines.append(f"| {name} | {workload} | {n} | {statistics.median(rates['plain']):.1f} | "
+                             f"{statistics.median(rates['ngram']):.1f} | {ratio:.3f} | {args.rounds} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", nargs="+", default=["gemma3-270m-q4_k_m", "smollm2-135m-q4_1"])
@@ -300,9 +328,16 @@ def main() -> None:
     ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")
     ap.add_argument("--flavor", default="usual", help="the llama.cpp peer build")
     ap.add_argument("--out", type=Path, default=Path("bench-out/concurrency"))
+    ap.add_argument("--spec-pairs", action="store_true",
+                    help="ggspec only: speculation on against off, paired in each round (spec_pairs)")
     args = ap.parse_args()
-    ensure_built(args.flavor)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.spec_pairs:
+        table = spec_pairs(args, model_paths())
+        (args.out / "spec_pairs.md").write_text(table)
+        print(table)
+        return
+    ensure_built(args.flavor)
     meta = {"host": platform.processor() or platform.machine(), "threads": args.threads, "n_predict": args.n,
             "requests": args.requests, "rounds": args.rounds, "flavor": args.flavor}
     paths = model_paths()

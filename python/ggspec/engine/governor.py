@@ -39,10 +39,11 @@ class SpeculationCostGovernor:
         and is judged by its acceptance at the best window the costs allow, with
         the benefit of the doubt (one more landed draft than it saw); a drafter
         that could not pay even if every draft landed is never probed; and a failed
-        probe parks long enough that probing costs at most `overhead` of plain time,
-        up to max_budget_park_steps (a probe whose drafter must first catch up on
+        probe (or a losing stretch of drafting) parks long enough that it costs at
+        most `overhead` of plain time, up to max_budget_park_steps (a probe whose drafter must first catch up on
         everything it missed, a per-token head, costs more the longer it was parked,
-        so it is probed less often instead).
+        so it is probed less often instead); shadow hits re-arm early only when
+        their hit rate could pay.
     """
 
     def __init__(self, enabled: bool = True, *, plain_window: int = 16, judge_window: int = 8,
@@ -66,6 +67,7 @@ class SpeculationCostGovernor:
         self.min_plain_samples = min_plain_samples
         self.shadow_hits_to_rearm = shadow_hits_to_rearm
         self._shadow_hits = 0
+        self._shadow: deque[bool] = deque(maxlen=16)  # the last shadow proposals' hits
         self._plain: deque[tuple[int, float]] = deque(maxlen=plain_window)
         self._spec: deque[tuple[int, float]] = deque(maxlen=judge_window)
         self._park_len = park_steps
@@ -149,9 +151,20 @@ class SpeculationCostGovernor:
         workload that turns predictable (prose, then copying) re-arms within a few
         steps instead of waiting out the backoff."""
         self._shadow_hits = self._shadow_hits + 1 if hit else 0
-        if self._shadow_hits >= self.shadow_hits_to_rearm and self._parked_left > 0:
+        self._shadow.append(hit)
+        if self._shadow_hits >= self.shadow_hits_to_rearm and self._parked_left > 0 and self._shadow_pays():
             self._parked_left = 0
             self._start_probe()
+
+    def _shadow_pays(self) -> bool:
+        """With costs, the recent shadow proposals' hit rate (a miss includes finding
+        nothing to propose), with the benefit of the doubt, must make drafting pay at
+        the best window: a few lucky hits on a machine where verify rows are dear do
+        not re-arm it."""
+        if self.costs is None:
+            return True
+        hits = sum(self._shadow)
+        return self.costs.best_gain((hits + 1) / (len(self._shadow) + 2)) > 1.0
 
     # --- carrying over ---------------------------------------------------------
     def learned(self) -> dict:
@@ -171,15 +184,19 @@ class SpeculationCostGovernor:
     # --- state -----------------------------------------------------------------
     def _park(self) -> None:
         length = self._park_len
-        if self._probing and self.costs is not None:
-            # long enough that the probe's loss is `overhead` of the plain time it parks for
-            length = max(length, min(self.max_budget_park, math.ceil(self._lost / self.overhead)))
+        if self.costs is not None:
+            # long enough that what the probe, or the judged drafting steps, lost is
+            # `overhead` of the plain time it parks for
+            judged = sum(s for _, s in self._spec) * self._rate(self._plain) - sum(t for t, _ in self._spec)
+            lost = self._lost + max(0.0, judged)
+            length = max(length, min(self.max_budget_park, math.ceil(lost / self.overhead)))
         self._parked_left = length
         self._park_len = min(2 * length, self.max_park)
         self._spec.clear()
 
     def _arm(self) -> None:
         self._probing = False
+        self._lost = 0.0
         self._park_len = self.first_park  # speculation pays again: a later loss parks briefly
         self._spec.clear()  # judged from here at the speculator's own window
 
