@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ggspec
-from ggspec.engine.batch_costs import BatchRowCosts, marginal_row_prior
+from ggspec.engine.batch_costs import BatchRowCosts
 from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.planner import plan_speculation
 from ggspec.engine.step_costs import StepCosts, measure_step_costs
@@ -14,7 +14,7 @@ from ggspec.speculators.options import SpecOptions
 PLAIN_S = 0.010
 # a block drafter's shape: 8 rows cost 3x one, and a pass costs half a step
 BLOCK = StepCosts(rows=((1, PLAIN_S), (2, 0.014), (8, 0.030)), passes=((1, 0.003), (7, 0.005)),
-                  pass_per_draft=False, window=7, setup_seconds=0.0)
+                  pass_per_draft=False, window=7)
 
 
 def drive(governor, steps, landed, costs=BLOCK):
@@ -42,7 +42,7 @@ def test_the_curve_interpolates_and_extends_the_measured_points():
     assert BLOCK.verify(5) == pytest.approx(0.014 + 3 * (0.030 - 0.014) / 6)
     assert BLOCK.verify(14) == pytest.approx(0.030 + 6 * (0.030 - 0.014) / 6)  # the last slope, extended
     assert BLOCK.step(4) == pytest.approx(BLOCK.verify(5) + 0.003 + 3 * 0.002 / 6)  # a longer block costs more
-    head = StepCosts(BLOCK.rows, ((1, 0.002),), True, 3, 0.0)
+    head = StepCosts(BLOCK.rows, ((1, 0.002),), True, 3)
     assert head.step(3) == pytest.approx(head.verify(4) + 3 * 0.002)  # a pass per draft
     # every draft landing: the best window's tokens per plain-step time
     assert BLOCK.best_gain(1.0) == pytest.approx(max((w + 1) * PLAIN_S / BLOCK.step(w) for w in range(1, 8)))
@@ -95,7 +95,7 @@ def test_a_probe_that_cost_more_than_planned_parks_longer():
 
 def test_a_drafter_that_could_not_pay_even_when_perfect_is_never_probed():
     hopeless = StepCosts(rows=((1, PLAIN_S), (2, 0.021), (8, 0.090)), passes=((1, 0.002),), pass_per_draft=False,
-                         window=7, setup_seconds=0.0)
+                         window=7)
     assert hopeless.best_gain(1.0) < 1.0
     g = SpeculationCostGovernor(costs=hopeless)
     drafting, _, _ = drive(g, 500, lambda i, n: n, costs=hopeless)
@@ -193,5 +193,5 @@ def test_a_slot_is_charged_what_its_rows_cost_the_batch():
         naive.observe(True, 3, 0.061, drafts=7) if naive.should_draft() else naive.observe(False, 1, 0.040)
     assert not naive.parked
     # until the rows vary, the target's measured curve is the prior; without one, the average
-    assert BatchRowCosts().marginal(2, marginal_row_prior(BLOCK)) == pytest.approx((0.030 - PLAIN_S) / 7)
+    assert BatchRowCosts().marginal(2, BLOCK.marginal_row()) == pytest.approx((0.030 - PLAIN_S) / 7)
     assert BatchRowCosts().shares(0.020, [3, 1], [0.0, 0.0], None) == [pytest.approx(0.015), pytest.approx(0.005)]

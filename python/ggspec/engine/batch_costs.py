@@ -53,12 +53,4 @@ class BatchRowCosts:
         return [base / n + b * (r - 1) + d for r, d in zip(rows, draft_seconds)]
 
 
-def marginal_row_prior(costs) -> float | None:
-    """The marginal row cost a target's measured step costs imply (None: not measured)."""
-    if costs is None:
-        return None
-    extra = costs.window
-    return (costs.verify(1 + extra) - costs.plain) / extra
-
-
-__all__ = ["BatchRowCosts", "marginal_row_prior"]
+__all__ = ["BatchRowCosts"]

@@ -21,7 +21,7 @@ from collections import deque
 
 import numpy as np
 
-from ggspec.engine.batch_costs import BatchRowCosts, marginal_row_prior
+from ggspec.engine.batch_costs import BatchRowCosts
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
 from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
 from ggspec.engine.planner import SpeculationPlan, drafter_attached, plan_speculation
@@ -95,10 +95,10 @@ class BatchScheduler:
                 self._fail(slot, e)
             return
         elapsed = time.perf_counter() - t0
+        decoding = [(slot, part) for slot, part in parts if isinstance(part, StepPlan)]
         # a prompt chunk or a graph build makes the step's time say nothing about decoding
-        steady = all(isinstance(part, StepPlan) for _, part in parts) and self.target.graph_builds == builds
-        shares = self._shares([part for _, part in parts if isinstance(part, StepPlan)],
-                              [slot for slot, part in parts if isinstance(part, StepPlan)], elapsed, steady)
+        steady = len(decoding) == len(parts) and self.target.graph_builds == builds
+        shares = self._shares(decoding, elapsed, steady)
         row = out_row = 0
         for (slot, part), item in zip(parts, items):
             n_out = {"all": len(item.tokens), "last": 1, "none": 0}[item.head]
@@ -172,17 +172,18 @@ class BatchScheduler:
                 parts.append((slot, plan))
         return items, parts
 
-    def _shares(self, plans: list[StepPlan], slots: list[_Slot], elapsed: float, steady: bool) -> dict[int, float]:
+    def _shares(self, decoding: list[tuple[_Slot, StepPlan]], elapsed: float, steady: bool) -> dict[int, float]:
         """Each decoding slot's share of the step's cost to the batch (engine/batch_costs.py), by sequence."""
-        if not plans:
+        if not decoding:
             return {}
-        rows = [len(plan.rows) for plan in plans]
+        rows = [len(plan.rows) for _, plan in decoding]
         if steady:
             self.row_costs.observe(len(rows), sum(rows), elapsed)
-        priors = [p for p in (marginal_row_prior(slot.execution.governor.costs) for slot in slots) if p is not None]
-        shares = self.row_costs.shares(elapsed, rows, [plan.draft_seconds for plan in plans],
+        costs = [slot.execution.governor.costs for slot, _ in decoding]
+        priors = [c.marginal_row() for c in costs if c is not None]
+        shares = self.row_costs.shares(elapsed, rows, [plan.draft_seconds for _, plan in decoding],
                                        sum(priors) / len(priors) if priors else None)
-        return {slot.seq: share for slot, share in zip(slots, shares)}
+        return {slot.seq: share for (slot, _), share in zip(decoding, shares)}
 
     def _take(self, slot: _Slot, part, out: ForwardResult, elapsed: float, share: float | None,
               steady: bool) -> None:

@@ -38,12 +38,12 @@ class SpeculationCostGovernor:
         probe verifies one draft, the cheapest step that says whether drafts land,
         and is judged by its acceptance at the best window the costs allow, with
         the benefit of the doubt (one more landed draft than it saw); a drafter
-        that could not pay even if every draft landed is never probed; and a failed
+        that could not pay even if every draft landed is never probed; a failed
         probe (or a losing stretch of drafting) parks long enough that it costs at
-        most `overhead` of plain time, up to max_budget_park_steps (a probe whose drafter must first catch up on
-        everything it missed, a per-token head, costs more the longer it was parked,
-        so it is probed less often instead); shadow hits re-arm early only when
-        their hit rate could pay.
+        most `overhead` of plain time, up to max_budget_park_steps (a probe whose
+        drafter must first catch up on everything it missed, a per-token head,
+        costs more the longer it was parked, so it is probed less often instead);
+        and shadow hits re-arm early only when their hit rate could pay.
     """
 
     def __init__(self, enabled: bool = True, *, plain_window: int = 16, judge_window: int = 8,

@@ -22,13 +22,12 @@ class StepCosts:
     passes: (drafts, seconds of the drafter's pass proposing them), for 1 and the
     measured window; pass_per_draft: a pass per draft (a per-token head), else one
     pass proposes them all (a block drafter, n-gram), at a cost that grows with them.
-    window: the speculator's most drafts per step. setup_seconds: what measuring took."""
+    window: the speculator's most drafts per step."""
 
     rows: tuple[tuple[int, float], ...]
     passes: tuple[tuple[int, float], ...]
     pass_per_draft: bool
     window: int
-    setup_seconds: float
 
     @property
     def plain(self) -> float:
@@ -47,6 +46,10 @@ class StepCosts:
     def step(self, drafts: int) -> float:
         """A step that verifies `drafts` drafts, with the drafter's passes."""
         return self.verify(drafts + 1) + self.draft(drafts)
+
+    def marginal_row(self) -> float:
+        """What one more verify row adds to a forward, over the measured window."""
+        return (self.verify(1 + self.window) - self.plain) / self.window
 
     def extra(self, drafts: int) -> float:
         """What a `drafts`-draft step costs beyond a plain step, in plain steps."""
@@ -93,7 +96,6 @@ def measure_step_costs(target, speculator: Speculator) -> StepCosts | None:
     sizes = sorted({1, 2, measured + 1})
     windows = (1,) if speculator.pass_per_draft else tuple(sorted({1, measured}))
     taps = tuple(speculator.hidden_layers) if speculator.needs_hidden_state else ()
-    t_start = time.perf_counter()
     empty()
     try:
         for _ in range(2):
@@ -115,7 +117,7 @@ def measure_step_costs(target, speculator: Speculator) -> StepCosts | None:
     finally:
         empty()
         speculator.reset()
-    return StepCosts(tuple(rows), tuple(passes), speculator.pass_per_draft, window, time.perf_counter() - t_start)
+    return StepCosts(tuple(rows), tuple(passes), speculator.pass_per_draft, window)
 
 
 __all__ = ["StepCosts", "measure_step_costs"]
