@@ -14,8 +14,11 @@ shows each side's share of prompt tokens served from its cache, and for chat
 the second turn's generation speed.
 
 At each concurrency N, N clients each send --requests requests one after the
-other (a closed loop, so N are always in flight), greedy, EOS ignored, the same
-prompt token ids on both sides: prompts from the document, code and prose suites,
+other (a closed loop, so N are always in flight), greedy, EOS ignored, each asking
+for its own number of tokens, spread over --n/2 to 3 --n/2 (mean --n; identical
+lengths keep a batch without speculation in lockstep, every slot ending and
+prefilling at once, which no traffic does, while speculation breaks the step
+and gets charged for it), the same prompt token ids and lengths on both sides: prompts from the document, code and prose suites,
 cut or filled (with the suites' document) to 128-256 tokens. ggspec runs an
 Engine(model, slots=N) in this process; llama.cpp runs llama-server (-np N,
 continuous batching, N x the per-slot context, the same threads, its default
@@ -101,17 +104,23 @@ def _level_stats(runs: list[dict], wall: float) -> dict:
             "requests": len(runs)}
 
 
-def _closed_loop(n_clients: int, jobs: list[list], send) -> tuple[list[dict], float]:
+def request_tokens(job: int, n_predict: int) -> int:
+    """The tokens job `job` asks for: spread over n_predict/2 to 3 n_predict/2, mean n_predict."""
+    return n_predict // 2 + (job * 37) % (n_predict + 1)
+
+
+def _closed_loop(n_clients: int, jobs: list[list], n_predict: int, send) -> tuple[list[dict], float]:
     """n_clients threads, each running its share of the jobs one after the other, a
-    job's turns in order (each after the conversation so far)."""
+    job's turns in order (each after the conversation so far), every turn of a job
+    asking for its request_tokens."""
     runs: list[dict] = []
     lock = threading.Lock()
 
     def client(i: int) -> None:
-        for first, *follow_ups in jobs[i::n_clients]:
-            ids = first
+        for job in range(i, len(jobs), n_clients):
+            ids, *follow_ups = jobs[job]
             for turn in range(1 + len(follow_ups)):
-                r = {**send(ids), "turn": turn, "prompt": len(ids)}
+                r = {**send(ids, request_tokens(job, n_predict)), "turn": turn, "prompt": len(ids)}
                 with lock:
                     runs.append(r)
                 if turn < len(follow_ups):
@@ -128,10 +137,10 @@ def _closed_loop(n_clients: int, jobs: list[list], send) -> tuple[list[dict], fl
 
 def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list], n_predict: int) -> dict:
     with ggspec.Engine(model, slots=n) as engine:
-        def send(ids: list[int]) -> dict:
+        def send(ids: list[int], tokens: int) -> dict:
             stamps: list[float] = []
             t0 = time.perf_counter()
-            result = engine.submit(ids, max_tokens=n_predict, temperature=0, ignore_eos=True,
+            result = engine.submit(ids, max_tokens=tokens, temperature=0, ignore_eos=True,
                                    spec="ngram" if config == "ngram" else False,
                                    on_token=lambda _t: stamps.append(time.perf_counter())).result
             return {"tokens": len(result.tokens), "ttft": stamps[0] - t0,
@@ -139,8 +148,8 @@ def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list], n_p
                     "draft_n_accepted": result.stats["draft_n_accepted"], "output": result.tokens,
                     "cached": result.stats["reused_prompt_tokens"]}
 
-        send(work[0][0][:16])  # builds the first graphs
-        runs, wall = _closed_loop(n, work, send)
+        send(work[0][0][:16], n_predict)  # builds the first graphs
+        runs, wall = _closed_loop(n, work, n_predict, send)
     return {**_level_stats(runs, wall), "outputs": [r["output"] for r in runs]}
 
 
@@ -221,7 +230,7 @@ def llama_level(path: str, config: str, n: int, work: list[list], n_predict: int
     try:
         server.send(work[0][0][:16], 4)
         drafted0, accepted0 = server.draft_counts()
-        runs, wall = _closed_loop(n, work, lambda ids: server.send(ids, n_predict))
+        runs, wall = _closed_loop(n, work, n_predict, server.send)
         drafted, accepted = server.draft_counts()
     finally:
         server.close()
@@ -233,7 +242,7 @@ def llama_level(path: str, config: str, n: int, work: list[list], n_predict: int
 
 def markdown(meta: dict, summary: list[dict]) -> str:
     lines = [f"# Concurrency: ggspec Engine(slots=N) against llama-server -np N",
-             "", f"{meta['host']}, {meta['threads']} threads, {meta['n_predict']} tokens a request, "
+             "", f"{meta['host']}, {meta['threads']} threads, {meta['n_predict']} tokens a request on average, "
              f"{meta['requests']} requests a client, medians of {meta['rounds']} rounds. Same outputs: requests "
              "whose tokens match llama-server's (first round; greedy text can differ on ties and numerics).", "",
              "| model | workload | config | N | ggspec tok/s | llama-server tok/s | ratio | ggspec TTFT p50/p95 ms | "
@@ -322,7 +331,7 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--workloads", nargs="+", default=["fresh"], choices=WORKLOADS)
     ap.add_argument("--requests", type=int, default=2, help="requests each client sends")
-    ap.add_argument("--n", type=int, default=64, help="tokens each request generates")
+    ap.add_argument("--n", type=int, default=64, help="tokens a request generates, on average (request_tokens)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")

@@ -312,6 +312,14 @@ PYBIND11_MODULE(_core, m) {
         .def("head_forward", &head_forward, py::arg("tokens"), py::arg("hidden"), py::arg("start"), py::arg("top_k"),
              py::arg("seq") = 0,
              "Draft-head rows at positions start..; returns (top-k logits, top-k ids, output hidden) of the last row.")
+        .def(
+            "head_skip",
+            [](Target & t, int64_t from, int64_t to, int64_t seq) {
+                if (!t.draft_head()) throw std::invalid_argument("this model carries no draft head");
+                t.draft_head()->skip(from, to, seq);
+            },
+            py::arg("from"), py::arg("to"), py::arg("seq") = 0,
+            "Forgets the head's positions from `from` on and goes on at `to`, the ones between masked.")
         .def_property_readonly("has_draft_head", [](Target & t) { return t.draft_head() != nullptr; })
         .def_property_readonly("head_graph_calls",
                                [](Target & t) { return t.draft_head() ? t.draft_head()->graph_calls() : 0; })

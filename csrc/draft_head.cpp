@@ -23,13 +23,28 @@ void DraftHead::set_n_seqs(int64_t n) {
         opt_.graph_budget_bytes);
 }
 
-void DraftHead::forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
-                        const ForwardOutputs & out, int64_t seq) {
-    if (n <= 0) throw std::invalid_argument("a draft head forward needs at least one row");
+void DraftHead::skip(int64_t from, int64_t to, int64_t seq) {
+    check_seq(seq);
+    if (from < 0 || from > kv_->seq_len(seq) || to < from || to > kv_->n_ctx()) {
+        throw std::invalid_argument("draft head skip from " + std::to_string(from) + " to " + std::to_string(to) +
+                                    ": it holds " + std::to_string(kv_->seq_len(seq)) + " positions of " +
+                                    std::to_string(kv_->n_ctx()));
+    }
+    kv_->rewind(from, seq);
+    kv_->skip(to - from, seq);
+}
+
+void DraftHead::check_seq(int64_t seq) const {
     if (seq < 0 || seq >= kv_->n_seqs()) {
         throw std::invalid_argument("draft head sequence " + std::to_string(seq) + " is not one of the target's " +
                                     std::to_string(kv_->n_seqs()));
     }
+}
+
+void DraftHead::forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
+                        const ForwardOutputs & out, int64_t seq) {
+    if (n <= 0) throw std::invalid_argument("a draft head forward needs at least one row");
+    check_seq(seq);
     if (start < 0 || start > kv_->seq_len(seq)) {
         throw std::invalid_argument("draft head rows start at " + std::to_string(start) + ", but the head holds " +
                                     std::to_string(kv_->seq_len(seq)) + " positions (rows must continue them)");

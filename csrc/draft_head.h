@@ -34,6 +34,10 @@ public:
     // (out.hidden, n_embd floats).
     void forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
                  const ForwardOutputs & out, int64_t seq = 0);
+    // Forgets sequence `seq`'s head positions from `from` on and goes on at `to`:
+    // positions between stay empty, masked from attention (rows the head was not
+    // worth catching up on while drafting was parked).
+    void skip(int64_t from, int64_t to, int64_t seq = 0);
     void reset() { kv_->clear(); }
     void reset_seq(int64_t seq) { kv_->clear_seq(seq); }
     // One KV region per sequence of the target (Target::set_n_seqs); empties every one.
@@ -45,6 +49,8 @@ public:
     uint64_t graph_builds() const { return runner_->builds(); }
 
 private:
+    void check_seq(int64_t seq) const;
+
     ggml_backend_dev_t dev_;
     ggml_backend_t backend_;
     const Architecture & arch_;

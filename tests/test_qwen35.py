@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import ggspec
 from ggspec.engine.execution import SpeculativeExecution
+from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.sampling import Sampler, SamplerConfig
 from ggspec.environment import target_options_from
 from ggspec.speculators.draft_head import DraftHeadSpeculator
@@ -202,6 +203,68 @@ def test_draft_head_refuses_rows_past_its_positions(tmp_path):
     head = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128).nextn_head
     with pytest.raises(ValueError, match="rows must continue them"):
         head.draft_step(5, np.zeros(64, np.float32), 3, 10)
+
+
+def test_draft_head_skip_masks_the_positions_between(tmp_path):
+    """Rows 0..9, a skip over 10..19, then rows 20..: those read positions 0..9 and
+    themselves only, as the reference with positions 10..19 masked."""
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+    ref = Qwen35Reference(path)
+    _, hidden = ref.forward(TOKENS)
+    before = np.concatenate([np.zeros((1, hidden["final"].shape[1]), np.float32), hidden["final"][:-1]])
+    head = ggspec.load(path, n_ctx=128).nextn_head
+    head.draft_catch_up(TOKENS[:10], before[:10], 0)
+    head.draft_step(7, before[10], 10, 10)  # a chained draft's row: the skip forgets it
+    head.skip(10, 20)
+    values, ids, row = head.draft_catch_up_and_step(TOKENS[20:], before[20:], 20, 10)
+    ref_logits, ref_rows = ref.mtp_forward(TOKENS, before, unseen=range(10, 20))
+    np.testing.assert_allclose(row, ref_rows[-1], rtol=0, atol=5e-3)
+    np.testing.assert_allclose(values, np.sort(ref_logits[-1])[::-1][:10], rtol=0, atol=5e-3)
+    assert ids[0] == ref_logits[-1].argmax()
+    assert np.abs(row - ref.mtp_forward(TOKENS, before)[1][-1]).max() > 1e-2  # the masking mattered
+    with pytest.raises(ValueError, match="skip from 40 to 50: it holds 31 positions"):
+        head.skip(40, 50)
+
+
+class ParkingGovernor(SpeculationCostGovernor):
+    """Drafts on the steps `drafting` names and parks on the others."""
+
+    def __init__(self, drafting):
+        super().__init__()
+        self.drafting, self.step = drafting, -1
+
+    def should_draft(self):
+        self.step += 1
+        return self.step in self.drafting
+
+    @property
+    def parked(self):
+        return self.step not in self.drafting
+
+    def observe(self, *args, **kwargs):
+        pass
+
+
+def test_a_parked_head_catches_up_on_its_last_rows_only(head_targets):
+    """Parked for 30 steps after a 40-token prompt, the head catches up 16 rows at the
+    probe, not 70, and the output is still plain decoding's."""
+    target = head_targets["snapshots"]
+    prompt = list(range(3, 43))
+    plain, _ = decode(target, GREEDY, prompt, 48)
+    spec = RecordingHead(target.nextn_head, target.n_embd, 3, 0.0)
+    target.reset()
+    execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab), spec,
+                                     governor=ParkingGovernor(drafting=set(range(30, 100))))
+    assert [t for step in execution.generate(prompt, 48) for t in step] == plain
+    assert spec.proposals[0][0] == spec.parked_catch_up
+    assert all(caught_up <= 4 for caught_up, _ in spec.proposals[1:])
+    # not parked, the first proposal catches up on the whole prompt
+    unparked = RecordingHead(target.nextn_head, target.n_embd, 3, 0.0)
+    target.reset()
+    execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab), unparked,
+                                     governor=ParkingGovernor(drafting=set(range(100))))
+    assert [t for step in execution.generate(prompt, 48) for t in step] == plain
+    assert unparked.proposals[0][0] == len(prompt)
 
 
 def test_a_file_without_a_head_has_none(tmp_path):

@@ -25,6 +25,7 @@ tolerance.
 """
 
 from dataclasses import dataclass
+from typing import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -170,10 +171,12 @@ class Qwen35Reference(ReferenceModel):
         hidden["final"] = final
         return self._matmul(final, self._lm_head()), hidden
 
-    def mtp_forward(self, tokens: list[int], prev_hidden: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def mtp_forward(self, tokens: list[int], prev_hidden: np.ndarray,
+                    unseen: Sequence[int] = ()) -> tuple[np.ndarray, np.ndarray]:
         """The MTP block over rows at positions 0..T-1 (its own causal attention): row p
         reads token p and prev_hidden[p] (the trunk's final hidden at position p - 1, or the
-        head's own output for a chained draft). Returns logits [T, n_vocab] and hout [T, n_embd]."""
+        head's own output for a chained draft). Returns logits [T, n_vocab] and hout [T, n_embd].
+        unseen: positions the other rows' attention skips (a head that skipped them)."""
         hp, w = self.hparams, self.weights
         blk = f"blk.{hp.n_layer}."
         embd = w.get(blk + "nextn.embed_tokens.weight", w["token_embd.weight"])[np.asarray(tokens)]
@@ -181,7 +184,10 @@ class Qwen35Reference(ReferenceModel):
                             rms_norm(prev_hidden, w[blk + "nextn.hnorm.weight"], hp.rms_eps)], axis=-1)
         u = self._matmul(u, blk + "nextn.eh_proj.weight")
         cur = rms_norm(u, w[blk + "attn_norm.weight"], hp.rms_eps)
-        u = self._ffn(hp.n_layer, u + self._attention(hp.n_layer, cur, attention_mask(len(tokens), 0)))
+        masked = attention_mask(len(tokens), 0)
+        masked[:, list(unseen)] = True
+        np.fill_diagonal(masked, False)
+        u = self._ffn(hp.n_layer, u + self._attention(hp.n_layer, cur, masked))
         hout = rms_norm(u, w.get(blk + "nextn.shared_head_norm.weight", w["output_norm.weight"]), hp.rms_eps)
         head = blk + "nextn.shared_head_head.weight"
         return self._matmul(hout, head if head in w else self._lm_head()), hout

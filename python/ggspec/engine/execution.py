@@ -199,6 +199,8 @@ class SpeculativeExecution:
             return [], None, False
         drafting = self.governor.should_draft()
         if not drafting and not (self.governor.parked and spec.proposes_cheaply):
+            if self.governor.parked:
+                spec.idle()
             return [], None, False
         if self.governor.draft_limit is not None:
             room = min(room, self.governor.draft_limit)

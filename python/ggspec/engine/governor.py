@@ -41,16 +41,16 @@ class SpeculationCostGovernor:
         that could not pay even if every draft landed is never probed; a failed
         probe (or a losing stretch of drafting) parks long enough that it costs at
         most `overhead` of plain time, up to max_budget_park_steps (a probe whose
-        drafter must first catch up on everything it missed, a per-token head,
-        costs more the longer it was parked, so it is probed less often instead);
-        and shadow hits re-arm early only when their hit rate could pay.
+        drafter first catches up on rows it missed, a per-token head, costs more
+        and so is probed less often); and shadow hits re-arm early only when their
+        hit rate could pay.
     """
 
     def __init__(self, enabled: bool = True, *, plain_window: int = 16, judge_window: int = 8,
                  probe_steps: int = 2, probe_window: int = 2, clear_loss: float = 0.7, park_steps: int = 8,
                  max_park_steps: int = 128,
                  plain_refresh: int = 64, min_plain_samples: int = 2, shadow_hits_to_rearm: int = 4,
-                 costs: StepCosts | None = None, overhead: float = 0.01, max_budget_park_steps: int = 512):
+                 costs: StepCosts | None = None, overhead: float = 0.005, max_budget_park_steps: int = 512):
         self.enabled = enabled
         self.costs = costs
         self.overhead = overhead

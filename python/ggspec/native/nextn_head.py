@@ -44,6 +44,12 @@ class NextnHead:
         with self._lock:
             return self._core.head_forward(np.asarray(tokens, np.int32), hidden, int(start), int(top_k), self.seq)
 
+    def skip(self, start: int, end: int) -> None:
+        """Forgets what the head held from `start` on and goes on at `end`: positions
+        [start, end) stay empty, masked from its attention."""
+        with self._lock:
+            self._core.head_skip(int(start), int(end), self.seq)
+
     @property
     def graph_calls(self) -> int:
         """Head graphs computed so far (a catch-up longer than one graph counts each chunk)."""

@@ -94,5 +94,9 @@ class Speculator(ABC):
         """What landed in the target: `tokens` at positions start_pos.., with their
         exact hidden rows when needs_hidden_state."""
 
+    def idle(self) -> None:
+        """The coming step proposes nothing: the governor parked drafting. A speculator
+        that catches up lazily on what it missed may stop keeping all of it."""
+
     def reset(self) -> None:
         """The sequence was replaced: forget everything about it."""
