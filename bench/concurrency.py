@@ -4,6 +4,8 @@
     python -m bench.concurrency --models gemma3-270m-q4_k_m --levels 4 --rounds 1
     python -m bench.concurrency --workloads system chat   # prefix-sharing workloads
     python -m bench.concurrency --spec-pairs --rounds 4   # ggspec alone: n-gram on against off, paired
+    python -m bench.concurrency --configs ngram --levels 4 --llama-ngram ngram-simple ngram-map-k ngram-map-k4v ngram-mod ngram-cache
+                                                          # against llama-server's fastest n-gram mode
 
 Workloads: "fresh" (every prompt computed anew: both sides' prompt caches off),
 "system" (a shared system prompt, then each request's own question) and "chat"
@@ -51,7 +53,7 @@ SUITE_NAMES = ("document", "code", "prose")
 CONFIGS = ("plain", "ngram")
 WORKLOADS = ("fresh", "system", "chat")
 CHAT_FOLLOW_UP = "\n\nRepeat your answer above word for word:\n"
-LLAMA_NGRAM = "ngram-simple"  # llama-server's --spec-type for the n-gram config
+LLAMA_NGRAM_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 MIN_TOKENS, MAX_TOKENS = 128, 256
 
 
@@ -154,7 +156,7 @@ def ggspec_level(model: ggspec.Model, config: str, n: int, work: list[list], n_p
 
 
 class LlamaServer:
-    def __init__(self, path: str, n: int, ctx_per_slot: int, threads: int, config: str, flavor: str,
+    def __init__(self, path: str, n: int, ctx_per_slot: int, threads: int, spec_type: str | None, flavor: str,
                  cache_prompt: bool = False):
         self.cache_prompt = cache_prompt
         with socket.socket() as s:
@@ -163,8 +165,8 @@ class LlamaServer:
         cmd = [str(tool("llama-server", flavor)), "-m", path, "--host", "127.0.0.1", "--port", str(self.port),
                "-np", str(n), "-c", str(n * ctx_per_slot), "-t", str(threads), "-tb", str(threads), "-cb",
                "--no-webui", "-fit", "off", "--metrics"]
-        if config == "ngram":
-            cmd += ["--spec-type", LLAMA_NGRAM]
+        if spec_type is not None:
+            cmd += ["--spec-type", spec_type]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -224,9 +226,9 @@ class LlamaServer:
             self.proc.kill()
 
 
-def llama_level(path: str, config: str, n: int, work: list[list], n_predict: int, ctx: int, threads: int,
+def llama_level(path: str, spec_type: str | None, n: int, work: list[list], n_predict: int, ctx: int, threads: int,
                 flavor: str, cache_prompt: bool) -> dict:
-    server = LlamaServer(path, n, ctx, threads, config, flavor, cache_prompt)
+    server = LlamaServer(path, n, ctx, threads, spec_type, flavor, cache_prompt)
     try:
         server.send(work[0][0][:16], 4)
         drafted0, accepted0 = server.draft_counts()
@@ -255,7 +257,8 @@ def markdown(meta: dict, summary: list[dict]) -> str:
         hits = " / ".join(f"{x['cache_hit_rate']:.2f}" for x in (g, l_))
         turn2 = " / ".join("–" if x["later_turn_tokens_per_second"] is None else
                            f"{x['later_turn_tokens_per_second']:.1f}" for x in (g, l_))
-        lines.append(f"| {s['model']} | {s['workload']} | {s['config']} | {s['n']} | {g['tokens_per_second']:.1f} | "
+        config = s["config"] if s.get("llama_mode") is None else f"{s['config']} (llama: {s['llama_mode']})"
+        lines.append(f"| {s['model']} | {s['workload']} | {config} | {s['n']} | {g['tokens_per_second']:.1f} | "
                      f"{l_['tokens_per_second']:.1f} | {g['tokens_per_second'] / l_['tokens_per_second']:.3f} | "
                      f"{g['ttft_p50'] * 1e3:.0f} / {g['ttft_p95'] * 1e3:.0f} | "
                      f"{l_['ttft_p50'] * 1e3:.0f} / {l_['ttft_p95'] * 1e3:.0f} | {g['itl_p50'] * 1e3:.1f} | "
@@ -336,6 +339,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")
     ap.add_argument("--flavor", default="usual", help="the llama.cpp peer build")
+    ap.add_argument("--llama-ngram", nargs="+", default=["ngram-simple"], choices=LLAMA_NGRAM_MODES,
+                    help="llama-server's --spec-type for the ngram config; given several, each runs and the "
+                         "table compares ggspec with the fastest (and lists them all)")
     ap.add_argument("--out", type=Path, default=Path("bench-out/concurrency"))
     ap.add_argument("--spec-pairs", action="store_true",
                     help="ggspec only: speculation on against off, paired in each round (spec_pairs)")
@@ -359,29 +365,35 @@ def main() -> None:
             cache = workload != "fresh"
             for config in args.configs:
                 for n in args.levels:
-                    levels = {"ggspec": [], "llama": []}
+                    # llama-server's sides: its plain decoding, or each of its n-gram modes
+                    modes = args.llama_ngram if config == "ngram" else [None]
+                    sides = ["ggspec", *modes]
+                    levels = {side: [] for side in sides}
                     work = workload_jobs(tokenizer, workload, prompts, n * args.requests)
                     for round_ in range(args.rounds):
-                        order = ("ggspec", "llama") if round_ % 2 == 0 else ("llama", "ggspec")
-                        for engine in order:
+                        for engine in (sides if round_ % 2 == 0 else sides[::-1]):
                             if engine == "ggspec":  # a fresh model each level: its prefix cache starts empty
                                 model = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads,
                                                      prefix_cache_mb=1024 if cache else None)
                                 lv = ggspec_level(model, config, n, work, args.n)
                             else:
-                                lv = llama_level(path, config, n, work, args.n, args.ctx, args.threads, args.flavor,
+                                lv = llama_level(path, engine, n, work, args.n, args.ctx, args.threads, args.flavor,
                                                  cache)
                             levels[engine].append(lv)
                             runs.append({"model": name, "workload": workload, "config": config, "n": n,
-                                         "engine": engine, "round": round_,
+                                         "engine": engine or "llama", "round": round_,
                                          **{k: v for k, v in lv.items() if k != "outputs"}})
-                            print(f"{name} {workload} {config} N={n} {engine}: {lv['tokens_per_second']:.1f} tok/s",
-                                  flush=True)
+                            print(f"{name} {workload} {config} N={n} {engine or 'llama'}: "
+                                  f"{lv['tokens_per_second']:.1f} tok/s", flush=True)
+                    llama = {mode: _median_stats(levels[mode]) for mode in modes}
+                    best = max(modes, key=lambda mode: llama[mode]["tokens_per_second"])
                     same = sum(a == b for a, b in zip(sorted(levels["ggspec"][0]["outputs"]),
-                                                      sorted(levels["llama"][0]["outputs"])))
+                                                      sorted(levels[best][0]["outputs"])))
                     summary.append({"model": name, "workload": workload, "config": config, "n": n,
                                     "same_outputs": same, "requests": len(levels["ggspec"][0]["outputs"]),
-                                    "ggspec": _median_stats(levels["ggspec"]), "llama": _median_stats(levels["llama"])})
+                                    "ggspec": _median_stats(levels["ggspec"]), "llama": llama[best],
+                                    "llama_mode": best,
+                                    "llama_modes": {mode: llama[mode]["tokens_per_second"] for mode in modes}})
                     (args.out / "runs.json").write_text(json.dumps({"meta": meta, "runs": runs, "summary": summary},
                                                                    indent=1))
     (args.out / "table.md").write_text(markdown(meta, summary))

@@ -6,14 +6,14 @@ PLAIN_S = 0.010  # one plain step: 1 token in 10 ms
 
 
 def run(governor, steps, spec_step):
-    """Drives `steps` steps; spec_step(i) -> (tokens, seconds) of a drafting step i.
-    Returns (drafting steps, tokens, seconds)."""
+    """Drives `steps` steps; spec_step(i) -> (tokens, seconds) of a drafting step i, or
+    (tokens, seconds, drafts verified). Returns (drafting steps, tokens, seconds)."""
     drafted = tokens = 0
     seconds = 0.0
     for i in range(steps):
         if governor.should_draft():
-            t, s = spec_step(i)
-            governor.observe(True, t, s)
+            t, s, *drafts = spec_step(i)
+            governor.observe(True, t, s, drafts=drafts[0] if drafts else 0)
             drafted += 1
         else:
             t, s = 1, PLAIN_S

@@ -10,30 +10,20 @@ from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.planner import plan_speculation
 from ggspec.engine.step_costs import StepCosts, measure_step_costs
 from ggspec.speculators.options import SpecOptions
+from tests.test_governor import PLAIN_S, run
 
-PLAIN_S = 0.010
 # a block drafter's shape: 8 rows cost 3x one, and a pass costs half a step
 BLOCK = StepCosts(rows=((1, PLAIN_S), (2, 0.014), (8, 0.030)), passes=((1, 0.003), (7, 0.005)),
                   pass_per_draft=False, window=7)
 
 
 def drive(governor, steps, landed, costs=BLOCK):
-    """`steps` steps of a drafter whose every draft lands with landed(i, n) of n drafts,
-    on a machine with `costs`. Returns (drafting steps, tokens, seconds)."""
-    drafting = tokens = 0
-    seconds = 0.0
-    for i in range(steps):
-        if governor.should_draft():
-            n = governor.draft_limit or costs.window
-            t, s = 1 + landed(i, n), costs.step(n)
-            governor.observe(True, t, s, drafts=n)
-            drafting += 1
-        else:
-            t, s = 1, PLAIN_S
-            governor.observe(False, t, s)
-        tokens += t
-        seconds += s
-    return drafting, tokens, seconds
+    """`steps` steps of a drafter that lands landed(i, n) of its n drafts, on a machine
+    with `costs`. Returns (drafting steps, tokens, seconds)."""
+    def drafting_step(i):
+        n = governor.draft_limit or costs.window
+        return 1 + landed(i, n), costs.step(n), n
+    return run(governor, steps, drafting_step)
 
 
 def test_the_curve_interpolates_and_extends_the_measured_points():

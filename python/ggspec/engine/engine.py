@@ -124,8 +124,8 @@ def _work(jobs: queue.SimpleQueue, model) -> None:
                 _run_call(job)
             else:
                 try:
-                    job.finish(run_request(model, job, memory))
-                except BaseException as e:  # noqa: BLE001 - handed to the caller
+                    run_request(model, job, memory)
+                except BaseException as e:  # noqa: BLE001 - planning's or on_finish's, handed to the caller
                     job.finish(error=e)
 
 
@@ -177,11 +177,12 @@ def _run_call(job: _Call) -> None:
     job.done.set()
 
 
-def run_request(model, request: Request, memory: GovernorMemory | None = None) -> Generation:
-    """One generation, on the worker: the prompt's forward (after the longest prefix the
-    prefix cache holds), then speculative steps until the budget, an end-of-generation
-    token, the context's end or a cancel. memory: where the governor starts from what
-    earlier requests learned (a caller's SpeculationPlan keeps its own governor)."""
+def run_request(model, request: Request, memory: GovernorMemory | None = None) -> None:
+    """One generation, on the worker, to its end: the prompt's forward (after the longest
+    prefix the prefix cache holds), then speculative steps until the budget, an
+    end-of-generation token, the context's end or a cancel; the request finishes with its
+    Generation or the step's error. memory: where the governor starts from what earlier
+    requests learned (a caller's SpeculationPlan keeps its own governor)."""
     target = model.target
     spec = request.spec
     plan = spec if isinstance(spec, SpeculationPlan) else plan_speculation(target, spec)
@@ -204,12 +205,12 @@ def run_request(model, request: Request, memory: GovernorMemory | None = None) -
                 run.end("context" if len(request.tokens) < request.max_tokens else "length")
                 break
             run.take(step)
-    except BaseException:
-        prefix.abandon()
-        raise
+    except BaseException as e:  # noqa: BLE001 - the request's own error
+        run.fail(e)
+        return
     if memory is not None:
         memory.keep(plan.governor, key)
-    return run.finish()
+    request.finish(run.finish())
 
 
 def check_prompt(model, prompt_ids: list[int]) -> None:

@@ -130,7 +130,7 @@ class PrefixCache:
         while self.recurrent and path and path[-1].state is None:
             path.pop()  # a recurrent trunk resumes only where a checkpoint is
         for block in path:
-            self._touch(block)
+            self.touch(block)
         return path
 
     def _resident_prefix(self, seq: int, ids: Sequence[int], limit: int) -> int:
@@ -147,10 +147,15 @@ class PrefixCache:
         return common
 
     # --- blocks --------------------------------------------------------------------
-    def _get(self, key: bytes) -> _Block | None:
+    # --- blocks, for a SequencePrefix ---------------------------------------------
+    def remember(self, seq: int, tokens: Sequence[int]) -> None:
+        """Sequence seq holds `tokens` as of its current stamp (a later request may rewind to them)."""
+        self._resident[seq] = (self.target.sequence_stamp(seq), list(tokens))
+
+    def get(self, key: bytes) -> _Block | None:
         return self._blocks.get(key)
 
-    def _put(self, key: bytes, parent: _Block | None, n: int, kv: np.ndarray, state: np.ndarray | None) -> _Block | None:
+    def put(self, key: bytes, parent: _Block | None, n: int, kv: np.ndarray, state: np.ndarray | None) -> _Block | None:
         """A new block, or None when the budget has no room for it."""
         block = _Block(key, parent, n, kv, state)
         if not self._make_room(block.nbytes):
@@ -159,16 +164,29 @@ class PrefixCache:
         self.bytes += block.nbytes
         self._idle[key] = block
         if parent is not None:
-            self._ref(parent)
+            self.ref(parent)
         self.counts["blocks_stored"] += 1
         return block
 
-    def _add_state(self, block: _Block, state: np.ndarray) -> bool:
+    def add_state(self, block: _Block, state: np.ndarray) -> bool:
         if not self._make_room(state.nbytes, keep=block):
             return False
         block.state = state
         self.bytes += state.nbytes
         return True
+
+    def ref(self, block: _Block) -> None:
+        block.refs += 1
+        self._idle.pop(block.key, None)
+
+    def unref(self, block: _Block) -> None:
+        block.refs -= 1
+        if block.refs == 0 and block.key in self._blocks:
+            self._idle[block.key] = block
+
+    def touch(self, block: _Block) -> None:
+        if block.key in self._idle:
+            self._idle.move_to_end(block.key)
 
     def _make_room(self, nbytes: int, keep: _Block | None = None) -> bool:
         if nbytes > self.budget:
@@ -186,20 +204,7 @@ class PrefixCache:
         self.bytes -= block.nbytes
         self.counts["blocks_evicted"] += 1
         if block.parent is not None:
-            self._unref(block.parent)
-
-    def _ref(self, block: _Block) -> None:
-        block.refs += 1
-        self._idle.pop(block.key, None)
-
-    def _unref(self, block: _Block) -> None:
-        block.refs -= 1
-        if block.refs == 0 and block.key in self._blocks:
-            self._idle[block.key] = block
-
-    def _touch(self, block: _Block) -> None:
-        if block.key in self._idle:
-            self._idle.move_to_end(block.key)
+            self.unref(block.parent)
 
 
 class SequencePrefix:
@@ -237,7 +242,7 @@ class SequencePrefix:
         self.tokens.extend(tokens)
         size = self.cache.block_tokens
         while self._chain and len(self._chain) * size > position:
-            self.cache._unref(self._chain.pop())
+            self.cache.unref(self._chain.pop())
         self._extend_chain(checkpoint)
 
     def _extend_chain(self, checkpoint: bool) -> None:
@@ -253,7 +258,7 @@ class SequencePrefix:
             parent = _key(parent, self.tokens[i * size:(i + 1) * size])
             keys.append(parent)
         with_state = cache.recurrent and checkpoint and n_full > 0 and n_full * size == len(self.tokens)
-        missing = next((i for i, key in enumerate(keys) if cache._get(key) is None), len(keys))
+        missing = next((i for i, key in enumerate(keys) if cache.get(key) is None), len(keys))
         copies, state = [], None
         if missing < len(keys):
             try:
@@ -263,18 +268,18 @@ class SequencePrefix:
                 self._stopped = True
                 keys = keys[:missing]
         for i, key in enumerate(keys):
-            block = cache._get(key)
+            block = cache.get(key)
             if block is None:
-                block = cache._put(key, self._chain[-1] if self._chain else None, size, copies[i - missing], None)
+                block = cache.put(key, self._chain[-1] if self._chain else None, size, copies[i - missing], None)
             if block is None:
                 self._stopped = True  # no room: a later block could not be found without it
                 return
-            cache._ref(block)
+            cache.ref(block)
             self._chain.append(block)
         if with_state and len(self._chain) == n_full and self._chain[-1].state is None:
             if state is None:  # no copy read it with the blocks
                 _, state = cache.target.read_prefix(self.seq, len(self.tokens), [], state=True)
-            cache._add_state(self._chain[-1], state)
+            cache.add_state(self._chain[-1], state)
 
     def close(self) -> None:
         """The request has ended: its tail block (with the state, on a recurrent trunk)
@@ -286,27 +291,27 @@ class SequencePrefix:
         elif not self._stopped:
             parent = self._chain[-1] if self._chain else None
             key = _key(parent.key if parent else _ROOT, self.tokens[start:])
-            tail = cache._get(key)
+            tail = cache.get(key)
             try:
                 if tail is None or (cache.recurrent and tail.state is None):
                     (kv,), state = cache.target.read_prefix(self.seq, start, [len(self.tokens) - start],
                                                             state=cache.recurrent)
                     if tail is None:
-                        tail = cache._put(key, parent, len(self.tokens) - start, kv, state)
+                        tail = cache.put(key, parent, len(self.tokens) - start, kv, state)
                     elif state is not None:
-                        cache._add_state(tail, state)
+                        cache.add_state(tail, state)
                 if tail is not None:
-                    cache._touch(tail)
+                    cache.touch(tail)
             except ValueError:  # a sliding-window ring no longer holds those positions
                 pass
-        cache._resident[self.seq] = (cache.target.sequence_stamp(self.seq), list(self.tokens))
+        cache.remember(self.seq, self.tokens)
         self.abandon()
 
     def abandon(self) -> None:
         """Releases the request's blocks, remembering nothing of the sequence (a failed
         request leaves it unknown)."""
         for block in self._chain:
-            self.cache._unref(block)
+            self.cache.unref(block)
         self._chain = []
 
 
