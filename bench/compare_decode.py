@@ -1,6 +1,7 @@
 """Plain one-token decode, ggspec against llama.cpp, in paired alternating runs.
 
     python -m bench.compare_decode --pairs 5 -n 128 -t 2 --out bench/results/decode.json
+    python -m bench.compare_decode --model-file F.gguf --models F   # another GGUF only
 
 For each model: llama.cpp's like-for-like build (the wheel's flags, repack off)
 and its usual build (OpenMP, llamafile, repack on), each paired against
@@ -44,11 +45,13 @@ def main() -> None:
     p.add_argument("-c", "--ctx", type=int, default=512)
     p.add_argument("--prompt", default=DEFAULT_PROMPT)
     p.add_argument("--models", nargs="*", help="subset of model names")
+    p.add_argument("--model-file", nargs="*", default=[], help="more GGUFs, each named by its file's stem")
     p.add_argument("--out", default="bench/results/decode.json")
     args = p.parse_args()
 
     results = []
-    for name, path in model_paths().items():
+    models = {**model_paths(), **{Path(f).stem: f for f in args.model_file}}
+    for name, path in models.items():
         if args.models and name not in args.models:
             continue
         ours = ggspec_cmd(path, args.prompt, args.n, args.threads, args.ctx)

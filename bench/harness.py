@@ -89,6 +89,7 @@ def _run_command(cmd: Command, timeout: float | None) -> subprocess.CompletedPro
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        errors="replace",  # a random model's text is not always UTF-8
         start_new_session=True,
     ) as proc:
         try:
