@@ -146,7 +146,6 @@ class PrefixCache:
             common += 1
         return common
 
-    # --- blocks --------------------------------------------------------------------
     # --- blocks, for a SequencePrefix ---------------------------------------------
     def remember(self, seq: int, tokens: Sequence[int]) -> None:
         """Sequence seq holds `tokens` as of its current stamp (a later request may rewind to them)."""
