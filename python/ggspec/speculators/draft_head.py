@@ -11,8 +11,8 @@ logits falls below min_draft_prob.
 While the governor parks drafting, the head keeps only the last parked_catch_up
 rows to catch up on: the rows before them are skipped, masked from the head's
 attention. A probe after a long park then costs a few head rows instead of every
-one it missed (0.55 ms a row against a 24 ms step on the benchmarks' synthetic
-qwen35), and reads recent context (the trunk's hidden row carries the rest).
+one it missed (0.55 ms a row against a 24 ms step on a 16-layer qwen35 in
+bench/README), and reads recent context (the trunk's hidden row carries the rest).
 """
 
 from __future__ import annotations
