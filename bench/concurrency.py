@@ -20,8 +20,9 @@ other (a closed loop, so N are always in flight), greedy, EOS ignored, each aski
 for its own number of tokens, spread over --n/2 to 3 --n/2 (mean --n; identical
 lengths keep a batch without speculation in lockstep, every slot ending and
 prefilling at once, which no traffic does, while speculation breaks the step
-and gets charged for it), the same prompt token ids and lengths on both sides: prompts from the document, code and prose suites,
-cut or filled (with the suites' document) to 128-256 tokens. ggspec runs an
+and gets charged for it), the same prompt token ids and lengths on both sides:
+prompts from the document, code and prose suites, cut or filled (with the
+suites' document) to 128-256 tokens. ggspec runs an
 Engine(model, slots=N) in this process; llama.cpp runs llama-server (-np N,
 continuous batching, N x the per-slot context, the same threads, its default
 flash attention) on 127.0.0.1, streaming /completion. Each configuration runs
