@@ -25,8 +25,8 @@ tolerance.
 """
 
 from dataclasses import dataclass
-from typing import Sequence
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 from gguf import GGUFReader
