@@ -1,4 +1,4 @@
-"""The `ggspec` command line: `ggspec generate -p "..."`, `ggspec info MODEL`.
+"""The `ggspec` command line: `ggspec generate -p "..."`, `ggspec serve`, `ggspec info MODEL`.
 
 Bad input (a missing model, a file that is not GGUF, --chat without a template,
 a prompt longer than the context, a bad flag) prints one line and exits non-zero.
@@ -66,15 +66,39 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("-c", "--ctx", type=_positive(int), default=4096, metavar="N",
                    help="context size in tokens (default 4096)")
     g.add_argument("--ignore-eos", action="store_true", help="keep generating past end-of-generation tokens")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="stop when the text produces TEXT, which is not printed (repeatable)")
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (text, tokens, prompt_tokens, stats) instead of streaming")
     add_spec_arguments(g)
+    _add_serve_parser(commands)
     i = commands.add_parser("info", help="what a GGUF file is and what ggspec can do with it",
                             description="Architecture, layers, context, tokenizer, quantization mix, drafters, "
                                         "the --spec-type values that can serve it, and what ggspec refuses in it.")
     i.add_argument("model", metavar="MODEL", help="a GGUF file")
     i.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+def _add_serve_parser(commands) -> None:
+    s = commands.add_parser("serve", help="serve a model over an OpenAI-compatible HTTP API",
+                            description="An OpenAI-compatible server (/v1/chat/completions, /v1/completions, "
+                                        "/v1/models, /health, /metrics, /slots) on the engine's slots. "
+                                        "Needs the server extra: pip install \".[server]\".")
+    s.add_argument("-m", "--model", metavar="PATH", help="GGUF model (default: the embedded Gemma 3 270M)")
+    s.add_argument("-a", "--alias", metavar="NAME", help="the model id /v1/models lists (default: the file name)")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    s.add_argument("--slots", type=_positive(int), default=1, metavar="N",
+                   help="requests decoded at once, their rows in one forward per step (default 1)")
+    s.add_argument("-c", "--ctx", type=_positive(int), default=4096, metavar="N",
+                   help="context of EACH slot, in tokens (default 4096; llama-server's -c is shared by its slots)")
+    s.add_argument("-t", "--threads", type=_positive(int), help="CPU threads (default: physical cores)")
+    s.add_argument("--max-queue", type=_positive(int), default=64, metavar="N",
+                   help="requests that may wait for a slot; more get a 503 with Retry-After (default 64)")
+    s.add_argument("--api-key", metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every endpoint but /health")
+    add_spec_arguments(s)
 
 
 def _read_prompt(args) -> str:
@@ -103,13 +127,28 @@ def _generate(args) -> None:
     run = stream(model, prompt, max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k,
                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, chat=args.chat,
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",
-                 ignore_eos=args.ignore_eos, spec=spec)
+                 ignore_eos=args.ignore_eos, stop=args.stop, spec=spec)
     try:
         _print(run, args.json, model.load_seconds)
     except KeyboardInterrupt:
         run.cancel()  # the engine's worker stops within a step; wait for it before exiting
         run.result
         raise
+
+
+def _serve(args) -> None:
+    spec = spec_options_from(args)
+    try:
+        from ggspec.server.main import serve
+        from ggspec.server.service import ServerConfig
+    except ImportError as e:
+        raise ValueError(f"ggspec serve needs the server extra (pip install \".[server]\"): {e}") from None
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    config = ServerConfig(model_path=args.model, alias=args.alias, slots=args.slots, n_ctx=args.ctx,
+                          n_threads=args.threads, spec=spec, max_queue=args.max_queue, api_key=args.api_key,
+                          target_options=target_options_from())
+    serve(config, host=args.host, port=args.port)
 
 
 def _print(run, as_json: bool, load_seconds: float) -> None:
@@ -156,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "generate":
             _generate(args)
+        elif args.command == "serve":
+            _serve(args)
         elif args.command == "info":
             _info(args)
     except (ValueError, OSError) as e:  # the library's errors on bad input: one line, no traceback

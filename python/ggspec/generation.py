@@ -8,7 +8,7 @@ processing and generation alone (model loading excluded).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Sequence
 
 from ggspec.engine.engine import Engine, Spec
 from ggspec.engine.sampling import SamplerConfig
@@ -31,6 +31,7 @@ def stream(
     chat: bool = False,
     enable_thinking: bool | None = None,
     ignore_eos: bool = False,
+    stop: Sequence[str] = (),
     spec: Spec = True,
 ) -> GenerationStream:
     """Starts a generation; iterate over the result for text as it is produced.
@@ -40,6 +41,8 @@ def stream(
     temperature <= 0 is greedy; top_k <= 0, top_p = 1 and min_p = 0 switch those off.
     seed: the draw for output position p depends only on (seed, p); None picks one
     (reported in the stats).
+    stop: strings that end the generation when the text produces one; the text stops
+    before it (stop reason "stop").
     spec: speculative decoding — True (auto), False, a speculator name, or SpecOptions.
     It never changes the output, only how fast it comes.
     """
@@ -51,7 +54,7 @@ def stream(
     engine = Engine(model)
     try:
         return engine.submit(prompt, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                             min_p=min_p, seed=seed, ignore_eos=ignore_eos, spec=spec)
+                             min_p=min_p, seed=seed, ignore_eos=ignore_eos, stop=stop, spec=spec)
     finally:
         engine.close(wait=False)  # its worker ends with the request
 

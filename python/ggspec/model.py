@@ -64,24 +64,35 @@ class Model:
         """A raw prompt as llama.cpp's tools read one: BOS/EOS per the file, special-token text parsed."""
         return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
 
-    def chat_text(self, messages: str | Messages, *, enable_thinking: bool | None = None) -> str:
-        """A conversation (or one user message) formatted with the model's chat template."""
+    def chat_text(self, messages: str | Messages, *, enable_thinking: bool | None = None,
+                  template_kwargs: Mapping[str, Any] | None = None) -> str:
+        """A conversation (or one user message) formatted with the model's chat template;
+        template_kwargs: more variables for the template (OpenAI's chat_template_kwargs)."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
         tok = self.tokenizer
         bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
         eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
+        extra = dict(template_kwargs or {})
+        reserved = sorted(extra.keys() & {"messages", "bos_token", "eos_token"})
+        if reserved:
+            raise ValueError(f"chat template variable {reserved[0]!r} is set by ggspec, not by the caller")
+        thinking = extra.pop("enable_thinking", None)
+        if enable_thinking is None:
+            enable_thinking = thinking
+        extra.setdefault("add_generation_prompt", True)
         text = render_chat(tok.chat_template, messages, bos_token=bos, eos_token=eos,
-                           add_generation_prompt=True, enable_thinking=enable_thinking)
+                           enable_thinking=enable_thinking, **extra)
         # Templates that write the BOS themselves would get a second one from
         # add_special; keep exactly one, as llama.cpp does.
         if tok.add_bos and bos and text.startswith(bos):
             text = text[len(bos):]
         return text
 
-    def encode_chat(self, messages: str | Messages, *, enable_thinking: bool | None = None) -> list[int]:
-        return self.tokenizer.encode(self.chat_text(messages, enable_thinking=enable_thinking),
-                                     add_special=True, parse_special=True)
+    def encode_chat(self, messages: str | Messages, *, enable_thinking: bool | None = None,
+                    template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
+        text = self.chat_text(messages, enable_thinking=enable_thinking, template_kwargs=template_kwargs)
+        return self.tokenizer.encode(text, add_special=True, parse_special=True)
 
     def __repr__(self) -> str:
         return f"Model({self.path!r}, arch={self.target.arch}, n_ctx={self.n_ctx})"

@@ -136,7 +136,7 @@ class BatchScheduler:
         self.memory.start(plan.governor, key)
         prefix = prefix_cache_of(self.model).begin(seq, request.prompt_ids)
         run = RequestRun(self.model.tokenizer, request, new_execution(view, plan, request.sampler, prefix))
-        run.start()
+        run.start(seq)
         return run, key
 
     def _speculation_plan(self, view: SequenceView, options: SpecOptions) -> SpeculationPlan:

@@ -58,11 +58,11 @@ class Engine:
     def submit(self, prompt: str | Sequence[int], *, max_tokens: int = 128,
                temperature: float = _DEFAULT.temperature, top_k: int = _DEFAULT.top_k, top_p: float = _DEFAULT.top_p,
                min_p: float = _DEFAULT.min_p, seed: int | None = None, ignore_eos: bool = False, spec: Spec = True,
-               on_token: Callable[[int], None] | None = None,
+               stop: Sequence[str] = (), on_token: Callable[[int], None] | None = None,
                on_finish: Callable[[Generation], None] | None = None) -> GenerationStream:
         """Queues a generation of `prompt` (raw text as llama.cpp's tools read it, or token ids).
 
-        Sampling options are `ggspec.generate`'s. spec: True (auto), False, a speculator
+        Sampling options and `stop` are `ggspec.generate`'s. spec: True (auto), False, a speculator
         name, SpecOptions, or a SpeculationPlan (a speculator and governor to reuse).
         A prompt that begins with tokens an earlier request on the model computed reuses
         them from the model's prefix cache (Model.prefix_cache), with the same output as
@@ -88,7 +88,9 @@ class Engine:
             spec = spec_options(spec)
             if spec.draft_model:
                 check_draft_model(spec.draft_model)  # fails fast; attaching waits for the worker
-        request = Request(ids, sampler, spec, max_tokens, ignore_eos, on_token, on_finish)
+        if isinstance(stop, str) or not all(isinstance(s, str) for s in stop):
+            raise TypeError("stop must be a sequence of strings")
+        request = Request(ids, sampler, spec, max_tokens, ignore_eos, on_token, on_finish, stop)
         self._jobs.put(request)
         return GenerationStream(request)
 

@@ -13,6 +13,7 @@ from ggspec.engine.prefix_cache import SequencePrefix
 from ggspec.engine.sampling import Sampler
 from ggspec.engine.stream import Generation, Request
 from ggspec.text import StreamDecoder
+from ggspec.text.stop_strings import StopStrings
 
 
 class RequestRun:
@@ -21,16 +22,21 @@ class RequestRun:
         self.request = request
         self.execution = execution
         self.decoder = StreamDecoder(tokenizer)
+        self.stop_strings = StopStrings(request.stop)
         self.pieces: list[str] = []
         self.stop: str | None = None
         self.max_batch_slots = 1      # the most sequences that shared one forward with this one
         self.clock = _Clock()
 
-    def start(self) -> None:
+    def start(self, slot: int = 0) -> None:
+        """The request runs from now on, on sequence `slot`."""
+        self.request.started(slot, self.execution.stats.spec_type)
         self.clock.start()
 
     def take(self, step: list[int]) -> None:
-        """A step's emitted tokens: streamed until an end-of-generation token stops the run."""
+        """A step's emitted tokens: streamed until an end-of-generation token or a stop
+        string stops the run (the token that completes a stop string counts; its text
+        from the stop string on does not)."""
         request = self.request
         for token in step:
             self.clock.tick(first=self.clock.t_prompt is None)
@@ -40,10 +46,16 @@ class RequestRun:
                 self.stop = "eos"
                 return
             request.tokens.append(token)
-            piece = self.decoder.push(token)
-            if piece:
-                self.pieces.append(piece)
-                request.put(piece)
+            self._put(self.decoder.push(token))
+            if self.stop_strings.matched is not None:
+                self.stop = "stop"
+                return
+
+    def _put(self, text: str) -> None:
+        piece = self.stop_strings.push(text) if text else ""
+        if piece:
+            self.pieces.append(piece)
+            self.request.put(piece)
 
     def fail(self, error: BaseException) -> None:
         """The request ends with `error`; what its sequence holds is unknown."""
@@ -59,7 +71,8 @@ class RequestRun:
     def finish(self) -> Generation:
         """The Generation, after the last step; runs the request's on_finish."""
         request = self.request
-        tail = self.decoder.flush()
+        self._put(self.decoder.flush())
+        tail = self.stop_strings.flush()
         if tail:
             self.pieces.append(tail)
             request.put(tail)

@@ -3,11 +3,12 @@ and the engine's worker, which alone runs it."""
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, AsyncIterator, Callable, Iterator, Sequence
 
 _END = object()  # after the last text piece
 
@@ -28,7 +29,7 @@ class Request:
 
     def __init__(self, prompt_ids: list[int], sampler, spec, max_tokens: int, ignore_eos: bool,
                  on_token: Callable[[int], None] | None = None,
-                 on_finish: Callable[[Generation], None] | None = None):
+                 on_finish: Callable[[Generation], None] | None = None, stop: Sequence[str] = ()):
         self.prompt_ids = prompt_ids
         self.sampler = sampler
         self.spec = spec              # SpecOptions, or a SpeculationPlan the caller made
@@ -36,8 +37,12 @@ class Request:
         self.ignore_eos = ignore_eos
         self.on_token = on_token
         self.on_finish = on_finish
+        self.stop = list(stop)        # stop strings (text/stop_strings.py)
         self.tokens: list[int] = []   # appended by the worker as tokens come
+        self.slot: int | None = None  # the sequence it runs on, once it runs
+        self.spec_type: str | None = None  # the speculator it runs with ("none": plain), once it runs
         self._pieces: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake: Callable[[], None] | None = None  # an async reader's: a piece or the end is queued
         self._cancelled = threading.Event()
         self._done = threading.Event()
         self._result: Generation | None = None
@@ -48,15 +53,29 @@ class Request:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
+    def started(self, slot: int, spec_type: str) -> None:
+        self.slot, self.spec_type = slot, spec_type
+
     def put(self, piece: str) -> None:
         self._pieces.put(piece)
+        self._notify()
 
     def finish(self, result: Generation | None = None, error: BaseException | None = None) -> None:
         self._result, self._error = result, error
-        self._pieces.put(_END)
         self._done.set()
+        self._pieces.put(_END)
+        self._notify()
+
+    def _notify(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            wake()
 
     # --- the caller's side ---------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
     def cancel(self) -> None:
         self._cancelled.set()
 
@@ -68,6 +87,33 @@ class Request:
                 break
             yield piece
         self.wait()
+
+    async def apieces(self) -> AsyncIterator[str]:
+        """pieces() for an asyncio reader: waits without holding a thread."""
+        loop = asyncio.get_running_loop()
+        ready = asyncio.Event()
+
+        def wake() -> None:  # on the worker: it must not fail if the loop has closed
+            try:
+                loop.call_soon_threadsafe(ready.set)
+            except RuntimeError:
+                pass
+
+        self._wake = wake
+        try:
+            while True:
+                try:
+                    piece = self._pieces.get_nowait()
+                except queue.Empty:
+                    await ready.wait()
+                    ready.clear()
+                    continue
+                if piece is _END:
+                    self._pieces.put(_END)
+                    return
+                yield piece
+        finally:
+            self._wake = None
 
     def wait(self) -> Generation:
         self._done.wait()
@@ -89,6 +135,10 @@ class GenerationStream:
     def __iter__(self) -> Iterator[str]:
         return self._request.pieces()
 
+    def __aiter__(self) -> AsyncIterator[str]:
+        """The text pieces for an asyncio reader; `result` is ready when they end."""
+        return self._request.apieces()
+
     @property
     def tokens(self) -> list[int]:
         return list(self._request.tokens)
@@ -100,6 +150,20 @@ class GenerationStream:
     @property
     def prompt_ids(self) -> list[int]:
         return self._request.prompt_ids
+
+    @property
+    def slot(self) -> int | None:
+        """The engine slot it runs on; None while it waits for one."""
+        return self._request.slot
+
+    @property
+    def spec_type(self) -> str | None:
+        """The speculator it runs with ("none": plain decoding); None while it waits."""
+        return self._request.spec_type
+
+    @property
+    def done(self) -> bool:
+        return self._request.done
 
     def run(self) -> Generation:
         """Waits for the whole generation; returns it."""

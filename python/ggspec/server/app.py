@@ -1,0 +1,163 @@
+"""The HTTP surface: OpenAI's endpoints and llama-server's /health and /slots,
+over a Service (server/service.py). The Engine runs the requests; this layer
+only parses, streams and watches for clients that leave."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from ggspec.engine.stream import GenerationStream
+from ggspec.server.errors import APIError, error_body, error_response, validation_error
+from ggspec.server.protocol import ChatRequest, Completion, CompletionRequest
+from ggspec.server.responses import Reply, sse
+from ggspec.server.service import Service
+
+_STATIC = Path(__file__).with_name("static")
+_OPEN = ("/", "/health")  # what needs no API key, with the chat page's files: they hold no data
+_DISCONNECT_POLL_S = 0.1     # how often a non-streaming request checks that its client is still there
+
+
+def create_app(service: Service) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        threading.Thread(target=service.load, name="ggspec-load", daemon=True).start()
+        yield
+        await run_in_threadpool(service.close)
+
+    app = FastAPI(title="ggspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(APIError)
+    async def _api_error(_request: Request, exc: APIError):
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError):
+        return error_response(validation_error(exc))
+
+    @app.exception_handler(Exception)
+    async def _failed(_request: Request, exc: Exception):
+        return JSONResponse(error_body(500, f"{type(exc).__name__}: {exc}"), status_code=500)
+
+    @app.middleware("http")
+    async def _authorize(request: Request, call_next):
+        key = service.config.api_key
+        path = request.url.path
+        if key is not None and path not in _OPEN and not path.startswith("/static/"):
+            given = request.headers.get("authorization", "")
+            token = given[7:] if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+            if not secrets.compare_digest(token.encode(), key.encode()):
+                return JSONResponse(error_body(401, "invalid or missing API key (Authorization: Bearer KEY)"),
+                                    status_code=401)
+        return await call_next(request)
+
+    app.mount("/static", StaticFiles(directory=_STATIC), name="static")
+
+    @app.get("/", include_in_schema=False)
+    async def chat_page():
+        return FileResponse(_STATIC / "index.html")
+
+    @app.get("/health")
+    async def health():
+        if not service.ready.is_set():
+            return JSONResponse(error_body(503, "Loading model"), status_code=503)
+        if service.error is not None:
+            return JSONResponse(error_body(500, f"the model failed to load: {service.error}"), status_code=500)
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models():
+        _require_loaded(service)
+        target = service.model.target
+        return {"object": "list", "data": [{
+            "id": service.model_id, "object": "model", "created": 0, "owned_by": "ggspec",
+            "meta": {"arch": target.arch, "n_ctx": service.model.n_ctx, "n_vocab": target.n_vocab,
+                     "slots": service.config.slots}}]}
+
+    @app.get("/slots")
+    async def slots():
+        _require_loaded(service)
+        return service.slots()
+
+    @app.get("/metrics")
+    async def metrics():
+        return Response(service.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request):
+        return await _serve(service, body, request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatRequest, request: Request):
+        return await _serve(service, body, request, chat=True)
+
+    return app
+
+
+def _require_loaded(service: Service) -> None:
+    if not service.loaded:
+        raise APIError(503, "Loading model" if service.error is None else f"the model failed to load: {service.error}")
+
+
+async def _serve(service: Service, body: Completion, request: Request, chat: bool):
+    try:
+        request_id, stream = await run_in_threadpool(service.submit, body)  # tokenizing takes a while
+    except (ValueError, TypeError) as e:  # the engine's checks of a prompt or of speculation options
+        raise APIError(400, str(e)) from None
+    reply = Reply(chat, service.model_id, request_id, body.return_tokens)
+    if body.stream:
+        return StreamingResponse(_events(stream, reply, body.include_usage), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    watch = asyncio.create_task(_cancel_when_gone(request, stream))
+    try:
+        async for _piece in stream:
+            pass
+        result = stream.result
+    except ValueError as e:  # the request's own (a drafter that cannot serve the model)
+        raise APIError(400, str(e)) from None
+    finally:
+        watch.cancel()
+        stream.cancel()  # a no-op once it has ended
+    if result.stats["stop"] == "cancelled":
+        raise APIError(503, "the request was cancelled (the server is shutting down)")
+    return reply.complete(result)
+
+
+async def _events(stream: GenerationStream, reply: Reply, include_usage: bool):
+    """The SSE stream; a client that leaves cancels the request (Starlette cancels this generator)."""
+    try:
+        if reply.chat:
+            yield sse(reply.chunk("", role=True))
+        async for piece in stream:
+            yield sse(reply.chunk(piece))
+        try:
+            result = stream.result
+        except Exception as e:  # noqa: BLE001 - the request's error, after a 200 has gone out
+            yield sse(error_body(400 if isinstance(e, ValueError) else 500, str(e)))
+            return
+        for chunk in reply.last_chunks(result, include_usage):
+            yield sse(chunk)
+        yield sse("[DONE]")
+    finally:
+        stream.cancel()
+
+
+async def _cancel_when_gone(request: Request, stream: GenerationStream) -> None:
+    while not stream.done:
+        if await request.is_disconnected():
+            stream.cancel()
+            return
+        await asyncio.sleep(_DISCONNECT_POLL_S)
+
+
+__all__ = ["create_app"]

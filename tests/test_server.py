@@ -1,0 +1,304 @@
+"""`ggspec serve` through the official `openai` client, on a live server on
+127.0.0.1: every seeded response equals `ggspec generate` of the same request
+(tokens and text), and every bad field is a 4xx that names it."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.browser import Browser
+from tests.server_process import ServerProcess
+from tests.test_cli import ggspec
+
+KEY = "test-key"
+CTX = ["-c", "1024", "-t", "2"]
+MESSAGE = "Write two sentences about the sea."
+
+
+def output_dir(tmp_path: Path) -> Path:
+    """Where a test keeps what it shows (GGSPEC_TEST_OUTPUT, else its tmp_path)."""
+    path = Path(os.environ.get("GGSPEC_TEST_OUTPUT", tmp_path))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    process = ServerProcess(["-m", smollm2_path, "--slots", "2", "--max-queue", "1", *CTX], log, api_key=KEY)
+    yield process
+    assert process.stop() == 0, log.read_text()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def generated(smollm2_path, *args) -> dict:
+    proc = ggspec("generate", "-m", smollm2_path, *CTX, "--json", *args)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def chat(client, content=MESSAGE, **options):
+    return client.chat.completions.create(model="any", messages=[{"role": "user", "content": content}],
+                                          extra_body={"return_tokens": True, **options.pop("extra_body", {})},
+                                          **options)
+
+
+def streamed(stream) -> tuple[str, list[dict]]:
+    chunks = [c.to_dict() for c in stream]
+    text = "".join(c["choices"][0].get("delta", {}).get("content") or c["choices"][0].get("text") or ""
+                   for c in chunks if c["choices"])
+    return text, chunks
+
+
+def test_seeded_chat_equals_generate_streamed_or_not(client, smollm2_path):
+    solo = generated(smollm2_path, "--chat", "-p", MESSAGE, "--seed", "7", "--temp", "0.8", "-n", "32")
+    whole = chat(client, seed=7, temperature=0.8, max_tokens=32).to_dict()
+    choice = whole["choices"][0]
+    assert choice["message"]["content"] == solo["text"]
+    assert choice["tokens"] == solo["tokens"]
+    assert whole["usage"]["completion_tokens"] == len(solo["tokens"])
+    assert whole["usage"]["prompt_tokens"] == len(solo["prompt_tokens"])
+    assert choice["finish_reason"] == ("length" if len(solo["tokens"]) == 32 else "stop")
+    t = whole["timings"]
+    assert t["predicted_n"] == len(solo["tokens"]) and t["seed"] == 7
+    assert t["prompt_n"] + t["cache_n"] == len(solo["prompt_tokens"])
+    assert {"draft_n", "draft_n_accepted", "mean_acceptance_length", "spec_type"} <= t.keys()
+
+    text, chunks = streamed(chat(client, seed=7, temperature=0.8, max_tokens=32, stream=True,
+                                 stream_options={"include_usage": True}))
+    assert text == solo["text"]
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    finish = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert len(finish) == 1 and finish[0]["choices"][0]["tokens"] == solo["tokens"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == len(solo["tokens"])
+    assert "timings" in chunks[-1] and all("timings" not in c for c in chunks[:-1])
+
+
+def test_greedy_completion_equals_generate(client, smollm2_path):
+    prompt = "The three primary colors are"
+    solo = generated(smollm2_path, "-p", prompt, "--temp", "0", "-n", "24")
+    whole = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=24,
+                                      extra_body={"return_tokens": True}).to_dict()
+    assert whole["object"] == "text_completion"
+    assert whole["choices"][0]["text"] == solo["text"]
+    assert whole["choices"][0]["tokens"] == solo["tokens"]
+    text, chunks = streamed(client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=24,
+                                                      stream=True))
+    assert text == solo["text"]
+    assert "timings" in chunks[-1]
+    # token ids as the prompt, as llama-server takes them
+    ids = client.completions.create(model="m", prompt=solo["prompt_tokens"], temperature=0, max_tokens=24)
+    assert ids.choices[0].text == solo["text"]
+
+
+def test_stop_strings_match_across_tokens_and_are_not_emitted(client, smollm2_path):
+    prompt = "Once upon a time"
+    free = generated(smollm2_path, "-p", prompt, "--temp", "0", "-n", "40", "--ignore-eos")
+    text = free["text"]
+    stop = text[len(text) // 2:len(text) // 2 + 6]  # six characters from the middle: spans tokens
+    expected = text[:text.find(stop)]
+    solo = generated(smollm2_path, "-p", prompt, "--temp", "0", "-n", "40", "--ignore-eos", "--stop", stop)
+    assert solo["text"] == expected and solo["stats"]["stop"] == "stop"
+    options = dict(model="m", prompt=prompt, temperature=0, max_tokens=40, stop=[stop, "never-in-the-text"],
+                   extra_body={"ignore_eos": True})
+    whole = client.completions.create(**options)
+    assert whole.choices[0].text == expected
+    assert whole.choices[0].finish_reason == "stop"
+    assert streamed(client.completions.create(**options, stream=True))[0] == expected
+
+
+def test_concurrent_requests_each_equal_their_solo_run(client, smollm2_path):
+    seeds = (3, 11, 29)
+    solos = {s: generated(smollm2_path, "--chat", "-p", MESSAGE, "--seed", str(s), "-n", "24") for s in seeds}
+    results = {}
+
+    def run(seed):
+        results[seed] = chat(client, seed=seed, max_tokens=24, stream=seed == 11)
+
+    threads = [threading.Thread(target=run, args=(s,)) for s in seeds]
+    [t.start() for t in threads]
+    [t.join(120) for t in threads]
+    for seed in seeds:
+        r = results[seed]
+        text = streamed(r)[0] if seed == 11 else r.choices[0].message.content
+        assert text == solos[seed]["text"], seed
+
+
+def test_speculation_per_request_and_a_second_turn_from_the_cache(client):
+    plain = chat(client, temperature=0, max_tokens=16, extra_body={"speculative": {"type": "none"}}).to_dict()
+    assert plain["timings"]["spec_type"] == "none" and plain["timings"]["draft_n"] == 0
+    flat = chat(client, temperature=0, max_tokens=16, extra_body={"speculative.type": "ngram",
+                                                                  "speculative.n_max": 4}).to_dict()
+    assert flat["timings"]["spec_type"] == "ngram"
+    assert flat["choices"][0]["message"]["content"] == plain["choices"][0]["message"]["content"]
+    turn1 = [{"role": "user", "content": MESSAGE},
+             {"role": "assistant", "content": plain["choices"][0]["message"]["content"]},
+             {"role": "user", "content": "Repeat that exactly."}]
+    second = client.chat.completions.create(model="m", messages=turn1, temperature=0, max_tokens=16).to_dict()
+    assert second["timings"]["cache_n"] > 0
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == second["timings"]["cache_n"]
+
+
+@pytest.mark.parametrize("body, field, words", [
+    ({"foo": 1}, "foo", "unknown field"),
+    ({"temperature": -1}, "temperature", "greater than or equal"),
+    ({"top_p": 2}, "top_p", "less than or equal"),
+    ({"seed": -3}, "seed", "greater than or equal"),
+    ({"max_tokens": 0}, "max_tokens", "greater than or equal"),
+    ({"max_tokens": "12"}, "max_tokens", "integer"),
+    ({"n": 2}, "n", "only n=1"),
+    ({"stop": [""]}, "stop", "empty"),
+    ({"logprobs": True}, "logprobs", "not supported"),
+    ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
+    ({"speculative": {"type": "medusa"}}, "speculative.type", "unknown speculation type"),
+    ({"speculative": {"n_max": 0}}, "speculative.n_max", "greater than or equal"),
+    ({"speculative.p_min": 3}, "speculative.p_min", "less than or equal"),
+    ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs", "set by ggspec"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0].content", "only text parts"),
+    ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role", "robot"),
+    ({"messages": []}, "messages", "at least 1"),
+    ({"messages": [{"role": "user", "content": "word " * 1100}]}, "messages", "context holds 1024"),
+])
+def test_a_bad_field_is_a_400_that_names_it(client, body, field, words):
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **body}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.post("/chat/completions", body=request, cast_to=dict)
+    error = e.value.body
+    assert e.value.status_code == 400
+    assert field in error["message"] and words in error["message"], error
+
+
+def test_endpoints_and_the_api_key(server, client):
+    assert server.get("/health", key=None) == (200, b'{"status":"ok"}')
+    for path in ("/v1/models", "/slots", "/metrics"):
+        status, body = server.get(path, key=None)
+        assert status == 401 and b"API key" in body, path
+        assert server.get(path, key="wrong")[0] == 401
+    models = client.models.list().to_dict()
+    assert models["data"][0]["id"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    status, body = server.get("/slots")
+    assert status == 200 and [s["id"] for s in json.loads(body)] == [0, 1]
+
+
+def metric(server, name: str) -> float:
+    text = server.get("/metrics")[1].decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def test_metrics_count_what_the_responses_report(server, client):
+    names = ("ggspec:generation_tokens_total", "ggspec:spec_decode_num_draft_tokens_total",
+             "ggspec:spec_decode_num_accepted_tokens_total", "ggspec:prompt_tokens_total")
+    before = {n: metric(server, n) for n in names}
+    repeat = "Repeat this list: apple, pear, plum, fig, apple, pear, plum, fig, apple, pear."
+    responses = [chat(client, repeat, temperature=0, max_tokens=24, extra_body={"speculative": {"type": t}})
+                 for t in ("ngram", "none", "ngram")]
+    timings = [r.to_dict()["timings"] for r in responses]
+    usage = [r.usage for r in responses]
+    assert metric(server, names[0]) - before[names[0]] == sum(u.completion_tokens for u in usage)
+    assert metric(server, names[1]) - before[names[1]] == sum(t["draft_n"] for t in timings)
+    assert metric(server, names[2]) - before[names[2]] == sum(t["draft_n_accepted"] for t in timings)
+    assert metric(server, names[3]) - before[names[3]] == sum(u.prompt_tokens for u in usage)
+    assert sum(t["draft_n"] for t in timings) > 0
+    assert metric(server, "ggspec:time_to_first_token_seconds_count") >= 3
+
+
+def test_a_full_queue_is_a_503_and_a_client_that_leaves_frees_its_slot(server, client):
+    long = dict(temperature=0, max_tokens=900, extra_body={"ignore_eos": True})
+    streams = [chat(client, f"Count to a thousand, {i}.", stream=True, **long) for i in range(3)]
+    deadline = time.monotonic() + 60
+    while metric(server, "ggspec:num_requests_running") < 2 or metric(server, "ggspec:num_requests_waiting") < 1:
+        assert time.monotonic() < deadline, "the three requests did not fill two slots and the queue"
+        time.sleep(0.05)
+    with pytest.raises(openai.APIStatusError) as e:
+        chat(client, max_tokens=4)
+    assert e.value.status_code == 503 and e.value.response.headers["retry-after"] == "1"
+    assert "queue is full" in e.value.body["message"]
+    busy = [s for s in json.loads(server.get("/slots")[1]) if s["is_processing"]]
+    assert len(busy) == 2 and all(s["spec_type"] == "ngram" and "Count to a thousand" in s["prompt"] for s in busy)
+    for stream in streams:
+        next(iter(stream))
+        stream.close()
+    deadline = time.monotonic() + 30
+    while metric(server, "ggspec:num_requests_running") + metric(server, "ggspec:num_requests_waiting") > 0:
+        assert time.monotonic() < deadline, "closed streams were not cancelled"
+        time.sleep(0.05)
+    assert metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') >= 2
+    assert chat(client, temperature=0, max_tokens=4).choices[0].finish_reason == "length"
+
+
+def test_the_chat_page_streams_the_reply_the_api_gives(server, client, tmp_path):
+    api = chat(client, seed=7, temperature=0.8, max_tokens=32).choices[0].message.content
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(server.url + "/")
+        browser.evaluate(f"""(() => {{
+            const set = (id, value) => {{ const e = document.getElementById(id); e.value = value;
+                                         e.dispatchEvent(new Event("change")); }};
+            set("api-key", {json.dumps(KEY)}); set("seed", "7"); set("temperature", "0.8"); set("max-tokens", "32");
+            document.getElementById("prompt").value = {json.dumps(MESSAGE)};
+            document.getElementById("composer").requestSubmit();
+        }})()""")
+        browser.wait_for("document.querySelector('#messages li.assistant')?.dataset.done === '1'", timeout=60)
+        reply = browser.evaluate("document.querySelector('#messages li.assistant .content').textContent")
+        stats = browser.evaluate("document.querySelector('#messages li.assistant .stats')?.textContent")
+        model = browser.evaluate("document.getElementById('model').textContent")
+        shot = output_dir(tmp_path) / "chat-page.png"
+        browser.screenshot(shot)
+    finally:
+        browser.close()
+    print(f"chat page screenshot: {shot}")
+    assert reply == api
+    assert stats and "tok/s" in stats and "spec ngram" in stats, stats
+    assert model == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert shot.stat().st_size > 10_000
+
+
+def test_a_missing_model_is_one_line_before_listening():
+    proc = ggspec("serve", "-m", "/nonexistent/model.gguf", "--port", "0", timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "ggspec: error: model file not found: /nonexistent/model.gguf"
+
+
+def test_shutdown_finishes_what_ends_in_its_grace_and_cancels_the_rest(smollm2_path, tmp_path):
+    process = ServerProcess(["-m", smollm2_path, "--slots", "2", *CTX], tmp_path / "serve.log")
+    client = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0, timeout=60)
+    ends = {}
+
+    def run(name, max_tokens):
+        stream = client.completions.create(model="m", prompt=f"List the numbers {name}:", max_tokens=max_tokens,
+                                           temperature=0, stream=True, extra_body={"ignore_eos": True})
+        chunks = []
+        try:
+            for chunk in stream:
+                chunks.append(chunk)
+                if len(chunks) == 2:
+                    started.release()
+        except openai.APIError:  # the connection closes mid-stream
+            pass
+        ends[name] = (chunks[-1].choices[0].finish_reason if chunks[-1].choices else "usage", len(chunks))
+
+    started = threading.Semaphore(0)
+    threads = [threading.Thread(target=run, args=("short", 60)), threading.Thread(target=run, args=("long", 1000))]
+    [t.start() for t in threads]
+    assert started.acquire(timeout=60) and started.acquire(timeout=60)
+    t0 = time.monotonic()
+    process.proc.send_signal(2)  # SIGINT: the server's grace is 5 s
+    [t.join(60) for t in threads]
+    assert process.stop(timeout=30) == 0, process.log.read_text()
+    assert time.monotonic() - t0 < 20
+    assert "server stopped" in process.log.read_text()
+    assert ends["short"][0] == "length"           # it finished in the grace
+    assert ends["long"][0] is None and ends["long"][1] < 1000  # cut: no finish reason, far from its budget
