@@ -220,11 +220,27 @@ class LlamaServer:
                 float(counts.get("spec_decode_num_accepted_tokens_total", 0)))
 
     def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_process(self.proc)
+
+
+def add_closed_loop_arguments(ap: argparse.ArgumentParser) -> None:
+    """What a closed-loop comparison with llama-server takes (here and bench.serve)."""
+    ap.add_argument("--requests", type=int, default=2, help="requests each client sends")
+    ap.add_argument("--n", type=int, default=64, help="tokens a request generates, on average (request_tokens)")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")
+    ap.add_argument("--flavor", default="usual", help="the llama.cpp peer build")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """SIGTERM, then SIGKILL if it is still there after timeout seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def llama_level(path: str, spec_type: str | None, n: int, work: list[list], n_predict: int, ctx: int, threads: int,
@@ -334,12 +350,7 @@ def main() -> None:
     ap.add_argument("--levels", nargs="+", type=int, default=[1, 2, 4, 8])
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     ap.add_argument("--workloads", nargs="+", default=["fresh"], choices=WORKLOADS)
-    ap.add_argument("--requests", type=int, default=2, help="requests each client sends")
-    ap.add_argument("--n", type=int, default=64, help="tokens a request generates, on average (request_tokens)")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")
-    ap.add_argument("--flavor", default="usual", help="the llama.cpp peer build")
+    add_closed_loop_arguments(ap)
     ap.add_argument("--llama-ngram", nargs="+", default=["ngram-simple"], choices=LLAMA_NGRAM_MODES,
                     help="llama-server's --spec-type for the ngram config; given several, each runs and the "
                          "table compares ggspec with the fastest (and lists them all)")

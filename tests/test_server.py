@@ -150,6 +150,23 @@ def test_speculation_per_request_and_a_second_turn_from_the_cache(client):
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == second["timings"]["cache_n"]
 
 
+def test_logprobs_from_the_trunk_rows_in_both_forms(client):
+    whole = chat(client, temperature=0, max_tokens=12, logprobs=True, top_logprobs=2).to_dict()
+    content = whole["choices"][0]["logprobs"]["content"]
+    assert len(content) == whole["usage"]["completion_tokens"]
+    assert "".join(e["token"] for e in content) == whole["choices"][0]["message"]["content"]
+    for e in content:
+        assert e["logprob"] <= 0 and len(e["top_logprobs"]) == 2
+        assert e["top_logprobs"][0]["token"] == e["token"]  # greedy: the row's best
+        assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"]
+        assert bytes(e["bytes"]).decode() == e["token"]
+    legacy = client.completions.create(model="m", prompt="The sky is", temperature=0, max_tokens=8,
+                                       logprobs=3).to_dict()["choices"][0]
+    lp = legacy["logprobs"]
+    assert "".join(lp["tokens"]) == legacy["text"] and len(lp["token_logprobs"]) == len(lp["tokens"])
+    assert lp["text_offset"][0] == 0 and all(len(top) == 3 for top in lp["top_logprobs"])
+
+
 @pytest.mark.parametrize("body, field, words", [
     ({"foo": 1}, "foo", "unknown field"),
     ({"temperature": -1}, "temperature", "greater than or equal"),
@@ -159,7 +176,9 @@ def test_speculation_per_request_and_a_second_turn_from_the_cache(client):
     ({"max_tokens": "12"}, "max_tokens", "integer"),
     ({"n": 2}, "n", "only n=1"),
     ({"stop": [""]}, "stop", "empty"),
-    ({"logprobs": True}, "logprobs", "not supported"),
+    ({"logprobs": True, "stream": True}, "logprobs", "not supported with stream"),
+    ({"top_logprobs": 2}, "top_logprobs", "needs logprobs"),
+    ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),
     ({"speculative": {"type": "medusa"}}, "speculative.type", "unknown speculation type"),
     ({"speculative": {"n_max": 0}}, "speculative.n_max", "greater than or equal"),
@@ -270,6 +289,23 @@ def test_a_missing_model_is_one_line_before_listening():
     proc = ggspec("serve", "-m", "/nonexistent/model.gguf", "--port", "0", timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip() == "ggspec: error: model file not found: /nonexistent/model.gguf"
+
+
+def test_a_model_without_a_chat_template_chats_in_chatml(tiny_model, tmp_path):
+    path = tiny_model("llama", "q8_0")
+    process = ServerProcess(["-m", path, "-c", "256", "-t", "2"], tmp_path / "serve.log")
+    try:
+        client = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        reply = chat(client, "a b c", temperature=0, max_tokens=24)
+        model = client.models.list().to_dict()["data"][0]
+    finally:
+        assert process.stop() == 0
+    rendered = "<|im_start|>user\na b c<|im_end|>\n<|im_start|>assistant\n"
+    solo = generated(path, "-p", rendered, "--temp", "0", "-n", "24", "-c", "256", "--stop", "<|im_end|>")
+    assert reply.choices[0].message.content == solo["text"]
+    assert reply.to_dict()["choices"][0]["tokens"] == solo["tokens"]
+    assert model["meta"]["chat_template"] == "ChatML (the model has none)"
+    assert "no chat template: chat requests use ChatML" in process.log.read_text()
 
 
 def test_shutdown_finishes_what_ends_in_its_grace_and_cancels_the_rest(smollm2_path, tmp_path):

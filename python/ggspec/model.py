@@ -65,8 +65,9 @@ class Model:
         return self.tokenizer.encode(prompt, add_special=True, parse_special=True)
 
     def chat_text(self, messages: str | Messages, *, enable_thinking: bool | None = None,
-                  template_kwargs: Mapping[str, Any] | None = None) -> str:
-        """A conversation (or one user message) formatted with the model's chat template;
+                  template_kwargs: Mapping[str, Any] | None = None, default_template: str | None = None) -> str:
+        """A conversation (or one user message) formatted with the model's chat template
+        (default_template: the one to use on a model without one; else that is an error);
         template_kwargs: more variables for the template (OpenAI's chat_template_kwargs)."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
@@ -81,7 +82,7 @@ class Model:
         if enable_thinking is None:
             enable_thinking = thinking
         extra.setdefault("add_generation_prompt", True)
-        text = render_chat(tok.chat_template, messages, bos_token=bos, eos_token=eos,
+        text = render_chat(tok.chat_template or default_template, messages, bos_token=bos, eos_token=eos,
                            enable_thinking=enable_thinking, **extra)
         # Templates that write the BOS themselves would get a second one from
         # add_special; keep exactly one, as llama.cpp does.
@@ -90,8 +91,9 @@ class Model:
         return text
 
     def encode_chat(self, messages: str | Messages, *, enable_thinking: bool | None = None,
-                    template_kwargs: Mapping[str, Any] | None = None) -> list[int]:
-        text = self.chat_text(messages, enable_thinking=enable_thinking, template_kwargs=template_kwargs)
+                    template_kwargs: Mapping[str, Any] | None = None, default_template: str | None = None) -> list[int]:
+        text = self.chat_text(messages, enable_thinking=enable_thinking, template_kwargs=template_kwargs,
+                              default_template=default_template)
         return self.tokenizer.encode(text, add_special=True, parse_special=True)
 
     def __repr__(self) -> str:

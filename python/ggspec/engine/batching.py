@@ -135,7 +135,8 @@ class BatchScheduler:
         key = GovernorMemory.key(plan, len(self.order) + 1)
         self.memory.start(plan.governor, key)
         prefix = prefix_cache_of(self.model).begin(seq, request.prompt_ids)
-        run = RequestRun(self.model.tokenizer, request, new_execution(view, plan, request.sampler, prefix))
+        run = RequestRun(self.model.tokenizer, request,
+                         new_execution(view, plan, request.sampler, prefix, request.logprobs))
         run.start(seq)
         return run, key
 

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 from ggspec.engine.batching import BatchScheduler
 from ggspec.engine.governor import GovernorMemory
+from ggspec.engine.logprobs import MAX_TOP
 from ggspec.engine.planner import SpeculationPlan, check_draft_model, plan_speculation
 from ggspec.engine.prefix_cache import prefix_cache_of
 from ggspec.engine.request_run import RequestRun, new_execution
@@ -58,12 +59,14 @@ class Engine:
     def submit(self, prompt: str | Sequence[int], *, max_tokens: int = 128,
                temperature: float = _DEFAULT.temperature, top_k: int = _DEFAULT.top_k, top_p: float = _DEFAULT.top_p,
                min_p: float = _DEFAULT.min_p, seed: int | None = None, ignore_eos: bool = False, spec: Spec = True,
-               stop: Sequence[str] = (), on_token: Callable[[int], None] | None = None,
+               stop: Sequence[str] = (), logprobs: int | None = None, on_token: Callable[[int], None] | None = None,
                on_finish: Callable[[Generation], None] | None = None) -> GenerationStream:
         """Queues a generation of `prompt` (raw text as llama.cpp's tools read it, or token ids).
 
-        Sampling options and `stop` are `ggspec.generate`'s. spec: True (auto), False, a speculator
-        name, SpecOptions, or a SpeculationPlan (a speculator and governor to reuse).
+        Sampling options and `stop` are `ggspec.generate`'s. spec: True (auto), False, a
+        speculator name, SpecOptions, or a SpeculationPlan (a speculator and governor to reuse).
+        logprobs: None, or the result's `logprobs` gives each token's log-probability and
+        its row's `logprobs` (0-20) most likely tokens.
         A prompt that begins with tokens an earlier request on the model computed reuses
         them from the model's prefix cache (Model.prefix_cache), with the same output as
         a fresh run. on_token(id) and on_finish(result) run on the engine's thread, as
@@ -90,7 +93,9 @@ class Engine:
                 check_draft_model(spec.draft_model)  # fails fast; attaching waits for the worker
         if isinstance(stop, str) or not all(isinstance(s, str) for s in stop):
             raise TypeError("stop must be a sequence of strings")
-        request = Request(ids, sampler, spec, max_tokens, ignore_eos, on_token, on_finish, stop)
+        if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
+            raise ValueError(f"logprobs must be None or 0..{MAX_TOP}, got {logprobs!r}")
+        request = Request(ids, sampler, spec, max_tokens, ignore_eos, on_token, on_finish, stop, logprobs)
         self._jobs.put(request)
         return GenerationStream(request)
 
@@ -194,7 +199,7 @@ def run_request(model, request: Request, memory: GovernorMemory | None = None) -
     if memory is not None:
         memory.start(plan.governor, key)
     prefix = prefix_cache_of(model).begin(0, request.prompt_ids)
-    run = RequestRun(model.tokenizer, request, new_execution(target, plan, request.sampler, prefix))
+    run = RequestRun(model.tokenizer, request, new_execution(target, plan, request.sampler, prefix, request.logprobs))
     try:
         run.start()
         steps = run.execution.generate(request.prompt_ids, request.max_tokens, reused=prefix.reused)

@@ -13,6 +13,7 @@ from typing import Callable, Iterator, Sequence
 
 from ggspec.engine.acceptance import accept_match, accept_rejection
 from ggspec.engine.governor import SpeculationCostGovernor
+from ggspec.engine.logprobs import TokenLogprob, token_logprob
 from ggspec.engine.prefix_cache import SequencePrefix
 from ggspec.engine.sampling import Sampler
 from ggspec.speculators.base import DraftContext, Speculator
@@ -42,12 +43,14 @@ class SpeculativeExecution:
 
     draft_cap: the operator's --spec-draft (None: the speculator's own window).
     accept: "match" (seed-identical to plain decoding) or "rejection".
+    logprobs: None, or record each emitted token's log-probability and its row's
+    `logprobs` most likely tokens (token_logprobs); its forwards then return full rows.
     """
 
     def __init__(self, target, sampler: Sampler, speculator: Speculator | None = None, *,
                  governor: SpeculationCostGovernor | None = None, stats: SpecStats | None = None,
                  draft_cap: int | None = None, accept: str = "match", prefix: SequencePrefix | None = None,
-                 clock: Callable[[], float] = time.perf_counter):
+                 logprobs: int | None = None, clock: Callable[[], float] = time.perf_counter):
         self.target = target
         self.sampler = sampler
         self.speculator = speculator
@@ -60,7 +63,9 @@ class SpeculativeExecution:
         # a session's governor outlives one generation; the stats count this one's share
         self._governor_start = (self.governor.parked_steps, self.governor.probes)
         self._state_bytes_start = target.state_transfer_bytes
-        self._top_k = sampler.forward_top_k
+        self.logprobs = logprobs
+        self.token_logprobs: list[TokenLogprob] = []  # one per emitted token, in order
+        self._top_k = 0 if logprobs is not None else sampler.forward_top_k
         self._taps = tuple(speculator.hidden_layers) if speculator and speculator.needs_hidden_state else ()
         self._hidden = None  # the hidden row the last commit ended on
 
@@ -106,8 +111,9 @@ class SpeculativeExecution:
         """The forward `out` of the prompt's tokens at positions position.. (its last
         row's LM head): commits them and samples the first token."""
         self.commit_prompt(tokens, out.hidden, position)
-        return self.sampler.sample(out.logits[-1], None if out.ids is None else out.ids[-1],
-                                   position + len(tokens))
+        token = self.sampler.sample(out.logits[-1], None if out.ids is None else out.ids[-1], position + len(tokens))
+        self._record_logprobs(out, [token], len(out.logits) - 1)
+        return token
 
     def commit_prompt(self, tokens: Sequence[int], hidden, position: int) -> None:
         """Prompt tokens at positions position.. are in the KV (a chunk of the prompt
@@ -159,6 +165,7 @@ class SpeculativeExecution:
         rows, drafts, position = plan.rows, plan.drafts, plan.position
         with stats.phase("verify"):
             emitted = self._accept(out, drafts, position + 1)
+        self._record_logprobs(out, emitted)
         kept = len(emitted)  # the pending token and the accepted drafts are in the KV
         hidden = out.hidden
         if kept < len(rows):
@@ -213,6 +220,12 @@ class SpeculativeExecution:
         if not drafting:
             return [], drafts, False
         return drafts, None, bool(drafts) or not spec.proposes_cheaply
+
+    def _record_logprobs(self, out, emitted: list[int], first_row: int = 0) -> None:
+        """Each emitted token is drawn from its own row of the forward, in order."""
+        if self.logprobs is not None:
+            self.token_logprobs.extend(token_logprob(out.logits[first_row + i], token, self.logprobs)
+                                       for i, token in enumerate(emitted))
 
     def _accept(self, out, drafts: list[int], first_position: int) -> list[int]:
         if self.accept == "rejection" and drafts:

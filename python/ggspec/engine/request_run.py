@@ -85,16 +85,19 @@ class RequestRun:
         stats["prefix_source"] = prefix.source if prefix else None
         stats["max_batch_slots"] = self.max_batch_slots
         stats.update(self.execution.stats.as_dict())
-        result = Generation("".join(self.pieces), list(tokens), list(request.prompt_ids), stats)
+        execution = self.execution
+        logprobs = execution.token_logprobs[:len(tokens)] if execution.logprobs is not None else None
+        result = Generation("".join(self.pieces), list(tokens), list(request.prompt_ids), stats, logprobs)
         if request.on_finish is not None:
             request.on_finish(result)
         return result
 
 
-def new_execution(target, plan: SpeculationPlan, sampler: Sampler,
-                  prefix: SequencePrefix | None = None) -> SpeculativeExecution:
+def new_execution(target, plan: SpeculationPlan, sampler: Sampler, prefix: SequencePrefix | None = None,
+                  logprobs: int | None = None) -> SpeculativeExecution:
     """The request's runtime on `target` (a Target, or one sequence of it) under `plan`;
-    prefix: the prefix cache's start of its sequence (what it reused)."""
+    prefix: the prefix cache's start of its sequence (what it reused); logprobs:
+    SpeculativeExecution's."""
     speculator = plan.speculator
     stats = plan.new_stats()
     reused = prefix.reused if prefix else 0
@@ -106,7 +109,8 @@ def new_execution(target, plan: SpeculationPlan, sampler: Sampler,
     if speculator is not None:
         speculator.reset()  # a new sequence, or a new turn of one: it re-reads the history
     return SpeculativeExecution(target, sampler, speculator, governor=plan.governor, stats=stats,
-                                draft_cap=plan.options.draft, accept=plan.options.accept, prefix=prefix)
+                                draft_cap=plan.options.draft, accept=plan.options.accept, prefix=prefix,
+                                logprobs=logprobs)
 
 
 class _Clock:

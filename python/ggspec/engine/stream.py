@@ -15,12 +15,14 @@ _END = object()  # after the last text piece
 
 @dataclass
 class Generation:
-    """A finished generation. `tokens` excludes the end-of-generation token that stopped it."""
+    """A finished generation. `tokens` excludes the end-of-generation token that stopped it;
+    `logprobs` (when asked for) holds one TokenLogprob (engine/logprobs.py) per token."""
 
     text: str
     tokens: list[int]
     prompt_tokens: list[int]
     stats: dict[str, Any] = field(default_factory=dict)
+    logprobs: list | None = None
 
 
 class Request:
@@ -29,7 +31,8 @@ class Request:
 
     def __init__(self, prompt_ids: list[int], sampler, spec, max_tokens: int, ignore_eos: bool,
                  on_token: Callable[[int], None] | None = None,
-                 on_finish: Callable[[Generation], None] | None = None, stop: Sequence[str] = ()):
+                 on_finish: Callable[[Generation], None] | None = None, stop: Sequence[str] = (),
+                 logprobs: int | None = None):
         self.prompt_ids = prompt_ids
         self.sampler = sampler
         self.spec = spec              # SpecOptions, or a SpeculationPlan the caller made
@@ -38,6 +41,7 @@ class Request:
         self.on_token = on_token
         self.on_finish = on_finish
         self.stop = list(stop)        # stop strings (text/stop_strings.py)
+        self.logprobs = logprobs      # None, or how many of each row's best tokens to report with its own
         self.tokens: list[int] = []   # appended by the worker as tokens come
         self.slot: int | None = None  # the sequence it runs on, once it runs
         self.spec_type: str | None = None  # the speculator it runs with ("none": plain), once it runs

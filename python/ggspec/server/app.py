@@ -78,11 +78,12 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/v1/models")
     async def models():
         _require_loaded(service)
-        target = service.model.target
+        model = service.model
+        template = "the model's" if model.has_chat_template else "ChatML (the model has none)"
         return {"object": "list", "data": [{
             "id": service.model_id, "object": "model", "created": 0, "owned_by": "ggspec",
-            "meta": {"arch": target.arch, "n_ctx": service.model.n_ctx, "n_vocab": target.n_vocab,
-                     "slots": service.config.slots}}]}
+            "meta": {"arch": model.target.arch, "n_ctx": model.n_ctx, "n_vocab": model.target.n_vocab,
+                     "slots": service.config.slots, "chat_template": template}}]}
 
     @app.get("/slots")
     async def slots():
@@ -114,7 +115,7 @@ async def _serve(service: Service, body: Completion, request: Request, chat: boo
         request_id, stream = await run_in_threadpool(service.submit, body)  # tokenizing takes a while
     except (ValueError, TypeError) as e:  # the engine's checks of a prompt or of speculation options
         raise APIError(400, str(e)) from None
-    reply = Reply(chat, service.model_id, request_id, body.return_tokens)
+    reply = Reply(chat, service.model_id, request_id, body.return_tokens, service.model.tokenizer.token_to_piece)
     if body.stream:
         return StreamingResponse(_events(stream, reply, body.include_usage), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

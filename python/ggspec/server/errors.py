@@ -42,8 +42,8 @@ def validation_error(exc: RequestValidationError) -> APIError:
     kind = problem.get("type", "")
     if kind == "json_invalid":
         return APIError(400, f"the request body is not valid JSON ({problem.get('msg')})")
-    if not param:
-        return APIError(400, f"the request body: {problem.get('msg')}")
+    if not param:  # a check across fields: its message names them
+        return APIError(400, str(problem.get("msg", "invalid body")).removeprefix("Value error, "))
     if kind == "extra_forbidden":
         return APIError(400, f"unknown field {param!r}", param)
     if kind == "missing":

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ggspec.engine.logprobs import MAX_TOP
 from ggspec.speculators.options import MAX_DRAFT, SPEC_TYPES
 
 _MAX_STOPS = 16
@@ -83,12 +84,6 @@ class Completion(_Body):
     presence_penalty: Annotated[float, neutral_only(_PENALTIES)] = 0.0
     frequency_penalty: Annotated[float, neutral_only(_PENALTIES)] = 0.0
     logit_bias: Annotated[dict[str, float], neutral_only("logit_bias is not supported")] | None = None
-    logprobs: Annotated[Any, neutral_only("logprobs are not supported yet")] = None
-    top_logprobs: Annotated[int, neutral_only("logprobs are not supported yet")] | None = None
-
-
-
-
 
     @field_validator("stop")
     @classmethod
@@ -113,6 +108,17 @@ class Completion(_Body):
         return self.max_tokens
 
     @property
+    def logprob_count(self) -> int | None:
+        """None: no logprobs; else how many of each row's best tokens to report."""
+        return None
+
+    @model_validator(mode="after")
+    def _logprobs_not_streamed(self):
+        if self.stream and self.logprob_count is not None:
+            raise ValueError("logprobs: not supported with stream yet (ask without stream)")
+        return self
+
+    @property
     def stop_strings(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
@@ -124,10 +130,13 @@ class Completion(_Body):
 class CompletionRequest(Completion):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | \
         Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    logprobs: Annotated[int, Field(ge=0, le=MAX_TOP)] | None = None  # the legacy form: how many best tokens
     echo: Annotated[bool, neutral_only("echo is not supported")] = False
     suffix: Annotated[str, neutral_only("suffix (fill-in-the-middle) is not supported")] | None = None
 
-
+    @property
+    def logprob_count(self) -> int | None:
+        return self.logprobs
 
 
 class Message(BaseModel):
@@ -156,12 +165,12 @@ class Message(BaseModel):
 class ChatRequest(Completion):
     messages: Annotated[list[Message], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
+    logprobs: bool = False
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: Annotated[list[dict[str, Any]], neutral_only("tools are not supported")] | None = None
     tool_choice: Annotated[Any, neutral_only("tool_choice is not supported", "none", "auto")] = None
     response_format: dict[str, Any] | None = None
-
-
 
     @field_validator("response_format")
     @classmethod
@@ -173,6 +182,16 @@ class ChatRequest(Completion):
     @property
     def token_budget(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def logprob_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self):
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs true")
+        return self
 
     def message_dicts(self) -> list[dict[str, Any]]:
         return [m.model_dump(exclude_none=True) for m in self.messages]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import time
+from itertools import accumulate
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ggspec.engine.stream import Generation
 
@@ -57,6 +58,7 @@ class Reply:
     model: str
     id: str
     return_tokens: bool = False
+    token_bytes: Callable[[int], bytes] | None = None  # a token's text, for logprobs
     created: int = field(default_factory=lambda: int(time.time()))
 
     @property
@@ -69,7 +71,8 @@ class Reply:
                 "system_fingerprint": "ggspec"}
 
     def complete(self, result: Generation) -> dict[str, Any]:
-        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(result.stats), "logprobs": None}
+        choice: dict[str, Any] = {"index": 0, "finish_reason": finish_reason(result.stats),
+                                  "logprobs": self._logprobs(result.logprobs)}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": result.text}
         else:
@@ -77,6 +80,22 @@ class Reply:
         if self.return_tokens:
             choice["tokens"] = result.tokens
         return {**self._head(False), "choices": [choice], "usage": usage(result), "timings": timings(result.stats)}
+
+    def _logprobs(self, logprobs) -> dict[str, Any] | None:
+        """OpenAI's chat form (content: one entry per token) or its legacy completions form."""
+        if logprobs is None:
+            return None
+        def text(token: int) -> str:
+            return self.token_bytes(token).decode("utf-8", errors="replace")
+        if self.chat:
+            def entry(token: int, logprob: float) -> dict[str, Any]:
+                return {"token": text(token), "logprob": logprob, "bytes": list(self.token_bytes(token))}
+            return {"content": [{**entry(t.token, t.logprob), "top_logprobs": [entry(i, lp) for i, lp in t.top]}
+                                for t in logprobs]}
+        texts = [text(t.token) for t in logprobs]
+        offsets = list(accumulate(map(len, texts), initial=0))[:-1]
+        return {"tokens": texts, "token_logprobs": [t.logprob for t in logprobs],
+                "top_logprobs": [{text(i): lp for i, lp in t.top} for t in logprobs], "text_offset": offsets}
 
     def chunk(self, text: str | None = None, *, role: bool = False, finish: str | None = None) -> dict[str, Any]:
         if self.chat:

@@ -21,7 +21,7 @@ from ggspec.server.metrics import ServerMetrics
 from ggspec.server.protocol import ChatRequest, Completion, CompletionRequest
 from ggspec.server.responses import finish_reason
 from ggspec.speculators.options import SpecOptions
-from ggspec.text.chat import ChatTemplateError
+from ggspec.text.chat import CHATML_END, CHATML_TEMPLATE, ChatTemplateError
 
 log = logging.getLogger("ggspec.server")
 _DEFAULTS = SamplerConfig()  # llama.cpp's sampling defaults, as llama-server's
@@ -72,6 +72,8 @@ class Service:
             self.engine = Engine(self.model, slots=c.slots)
             log.info("loaded %s in %.2f s: %d slot(s) of %d tokens", self.model.path, self.model.load_seconds,
                      c.slots, self.model.n_ctx)
+            if not self.model.has_chat_template:
+                log.info("the model has no chat template: chat requests use ChatML, as llama-server's do")
         except BaseException as e:  # noqa: BLE001 - reported by /health and the command
             self.error = e
         finally:
@@ -118,7 +120,8 @@ class Service:
         if isinstance(body, ChatRequest):
             kind, shown = "chatcmpl", body.message_dicts()
             try:
-                ids = model.encode_chat(shown, template_kwargs=body.chat_template_kwargs)
+                ids = model.encode_chat(shown, template_kwargs=body.chat_template_kwargs,
+                                        default_template=CHATML_TEMPLATE)
             except ChatTemplateError as e:
                 raise APIError(400, f"messages: {e}", "messages") from None
             except ValueError as e:
@@ -126,7 +129,9 @@ class Service:
         else:
             assert isinstance(body, CompletionRequest)
             kind, shown = "cmpl", body.prompt
-            prompt = body.prompt[0] if isinstance(body.prompt, list) and isinstance(body.prompt[0], str) else body.prompt
+            prompt = body.prompt
+            if isinstance(prompt, list) and isinstance(prompt[0], str):
+                prompt = prompt[0]
             if isinstance(prompt, str):
                 ids = model.encode_prompt(prompt)
             elif max(prompt) >= model.target.n_vocab:
@@ -165,12 +170,18 @@ class Service:
                 ids, max_tokens=budget, temperature=_pick(body.temperature, _DEFAULTS.temperature),
                 top_k=_pick(body.top_k, _DEFAULTS.top_k), top_p=_pick(body.top_p, _DEFAULTS.top_p),
                 min_p=_pick(body.min_p, _DEFAULTS.min_p), seed=body.seed, ignore_eos=body.ignore_eos,
-                spec=self.spec_options(body), stop=body.stop_strings, on_token=on_token, on_finish=on_finish)
+                spec=self.spec_options(body), stop=self.stop_strings(body), logprobs=body.logprob_count,
+                on_token=on_token, on_finish=on_finish)
         except BaseException:
             with self._lock:
                 self.in_flight.pop(entry.id, None)
             raise
         return entry.id, entry.stream
+
+    def stop_strings(self, body: Completion) -> list[str]:
+        """The request's, and ChatML's end of turn for a chat on a model without a template."""
+        chatml = isinstance(body, ChatRequest) and not self.model.has_chat_template
+        return body.stop_strings + [CHATML_END] if chatml else body.stop_strings
 
     def spec_options(self, body: Completion) -> SpecOptions:
         """The server's speculation flags, with what the request's `speculative` sets."""

@@ -14,6 +14,13 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 
+# What a chat uses on a model without a template, as llama-server does: ChatML.
+# Its end-of-turn marker is text to such a model, so a chat stops at CHATML_END.
+CHATML_TEMPLATE = ("{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n"
+                   "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHATML_END = "<|im_end|>"
+
+
 class ChatTemplateError(ValueError):
     """The model has no chat template, or its template failed to render."""
 
@@ -72,4 +79,4 @@ def render_chat(
         raise ChatTemplateError(f"the model's chat template failed to render: {e}") from None
 
 
-__all__ = ["render_chat", "ChatTemplateError"]
+__all__ = ["render_chat", "ChatTemplateError", "CHATML_TEMPLATE", "CHATML_END"]
