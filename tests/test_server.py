@@ -160,11 +160,17 @@ def test_logprobs_from_the_trunk_rows_in_both_forms(client):
         assert e["top_logprobs"][0]["token"] == e["token"]  # greedy: the row's best
         assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"]
         assert bytes(e["bytes"]).decode() == e["token"]
-    legacy = client.completions.create(model="m", prompt="The sky is", temperature=0, max_tokens=8,
-                                       logprobs=3).to_dict()["choices"][0]
+    chunks = streamed(chat(client, temperature=0, max_tokens=12, logprobs=True, top_logprobs=2, stream=True))[1]
+    assert [e for c in chunks if c["choices"] for e in (c["choices"][0]["logprobs"] or {}).get("content", [])] == \
+        content
+    options = dict(model="m", prompt="The sky is", temperature=0, max_tokens=8, logprobs=3)
+    legacy = client.completions.create(**options).to_dict()["choices"][0]
     lp = legacy["logprobs"]
     assert "".join(lp["tokens"]) == legacy["text"] and len(lp["token_logprobs"]) == len(lp["tokens"])
     assert lp["text_offset"][0] == 0 and all(len(top) == 3 for top in lp["top_logprobs"])
+    pieces = [c["choices"][0]["logprobs"] for c in streamed(client.completions.create(**options, stream=True))[1]]
+    assert [t for p in pieces if p for t in p["token_logprobs"]] == lp["token_logprobs"]
+    assert [o for p in pieces if p for o in p["text_offset"]] == lp["text_offset"]
 
 
 @pytest.mark.parametrize("body, field, words", [
@@ -176,7 +182,6 @@ def test_logprobs_from_the_trunk_rows_in_both_forms(client):
     ({"max_tokens": "12"}, "max_tokens", "integer"),
     ({"n": 2}, "n", "only n=1"),
     ({"stop": [""]}, "stop", "empty"),
-    ({"logprobs": True, "stream": True}, "logprobs", "not supported with stream"),
     ({"top_logprobs": 2}, "top_logprobs", "needs logprobs"),
     ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", "less than or equal"),
     ({"frequency_penalty": 0.5}, "frequency_penalty", "not supported"),

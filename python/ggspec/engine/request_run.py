@@ -46,6 +46,8 @@ class RequestRun:
                 self.stop = "eos"
                 return
             request.tokens.append(token)
+            if self.execution.logprobs is not None:  # the execution recorded one per emitted token
+                request.token_logprobs.append(self.execution.token_logprobs[len(request.tokens) - 1])
             self._put(self.decoder.push(token))
             if self.stop_strings.matched is not None:
                 self.stop = "stop"
@@ -85,8 +87,7 @@ class RequestRun:
         stats["prefix_source"] = prefix.source if prefix else None
         stats["max_batch_slots"] = self.max_batch_slots
         stats.update(self.execution.stats.as_dict())
-        execution = self.execution
-        logprobs = execution.token_logprobs[:len(tokens)] if execution.logprobs is not None else None
+        logprobs = list(request.token_logprobs) if request.logprobs is not None else None
         result = Generation("".join(self.pieces), list(tokens), list(request.prompt_ids), stats, logprobs)
         if request.on_finish is not None:
             request.on_finish(result)

@@ -43,6 +43,7 @@ class Request:
         self.stop = list(stop)        # stop strings (text/stop_strings.py)
         self.logprobs = logprobs      # None, or how many of each row's best tokens to report with its own
         self.tokens: list[int] = []   # appended by the worker as tokens come
+        self.token_logprobs: list = []  # with logprobs: each token's, appended before its text is queued
         self.slot: int | None = None  # the sequence it runs on, once it runs
         self.spec_type: str | None = None  # the speculator it runs with ("none": plain), once it runs
         self._pieces: queue.SimpleQueue = queue.SimpleQueue()
@@ -154,6 +155,11 @@ class GenerationStream:
     @property
     def prompt_ids(self) -> list[int]:
         return self._request.prompt_ids
+
+    def logprobs(self, start: int = 0) -> list:
+        """With logprobs: the tokens' so far from token `start` on (engine/logprobs.py),
+        each there before its text is."""
+        return self._request.token_logprobs[start:]
 
     @property
     def slot(self) -> int | None:

@@ -139,14 +139,18 @@ async def _events(stream: GenerationStream, reply: Reply, include_usage: bool):
     try:
         if reply.chat:
             yield sse(reply.chunk("", role=True))
+        sent = chars = 0  # logprobs and characters sent so far
         async for piece in stream:
-            yield sse(reply.chunk(piece))
+            logprobs = stream.logprobs(sent)
+            yield sse(reply.chunk(piece, logprobs=logprobs, offset=chars))
+            sent += len(logprobs)
+            chars += len(piece)
         try:
             result = stream.result
         except Exception as e:  # noqa: BLE001 - the request's error, after a 200 has gone out
             yield sse(error_body(400 if isinstance(e, ValueError) else 500, str(e)))
             return
-        for chunk in reply.last_chunks(result, include_usage):
+        for chunk in reply.last_chunks(result, include_usage, sent, chars):
             yield sse(chunk)
         yield sse("[DONE]")
     finally:

@@ -112,12 +112,6 @@ class Completion(_Body):
         """None: no logprobs; else how many of each row's best tokens to report."""
         return None
 
-    @model_validator(mode="after")
-    def _logprobs_not_streamed(self):
-        if self.stream and self.logprob_count is not None:
-            raise ValueError("logprobs: not supported with stream yet (ask without stream)")
-        return self
-
     @property
     def stop_strings(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])

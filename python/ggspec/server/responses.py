@@ -81,8 +81,9 @@ class Reply:
             choice["tokens"] = result.tokens
         return {**self._head(False), "choices": [choice], "usage": usage(result), "timings": timings(result.stats)}
 
-    def _logprobs(self, logprobs) -> dict[str, Any] | None:
-        """OpenAI's chat form (content: one entry per token) or its legacy completions form."""
+    def _logprobs(self, logprobs, offset: int = 0) -> dict[str, Any] | None:
+        """OpenAI's chat form (content: one entry per token) or its legacy completions form
+        (offset: the characters of text before these tokens)."""
         if logprobs is None:
             return None
         def text(token: int) -> str:
@@ -93,24 +94,29 @@ class Reply:
             return {"content": [{**entry(t.token, t.logprob), "top_logprobs": [entry(i, lp) for i, lp in t.top]}
                                 for t in logprobs]}
         texts = [text(t.token) for t in logprobs]
-        offsets = list(accumulate(map(len, texts), initial=0))[:-1]
+        offsets = list(accumulate(map(len, texts), initial=offset))[:-1]
         return {"tokens": texts, "token_logprobs": [t.logprob for t in logprobs],
                 "top_logprobs": [{text(i): lp for i, lp in t.top} for t in logprobs], "text_offset": offsets}
 
-    def chunk(self, text: str | None = None, *, role: bool = False, finish: str | None = None) -> dict[str, Any]:
+    def chunk(self, text: str | None = None, *, role: bool = False, finish: str | None = None,
+              logprobs: list | None = None, offset: int = 0) -> dict[str, Any]:
+        """A stream chunk; logprobs: the tokens' since the last chunk (offset: the text before them)."""
+        entries = self._logprobs(logprobs, offset) if logprobs else None
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text is not None:
                 delta["content"] = text
-            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": entries}
         else:
-            choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+            choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": entries}
         return {**self._head(True), "choices": [choice]}
 
-    def last_chunks(self, result: Generation, include_usage: bool) -> list[dict[str, Any]]:
-        """The chunk with the finish reason, then (include_usage) OpenAI's usage chunk
-        with no choices; the last one carries the timings."""
-        chunks = [self.chunk(finish=finish_reason(result.stats))]
+    def last_chunks(self, result: Generation, include_usage: bool, logprobs_sent: int = 0,
+                    offset: int = 0) -> list[dict[str, Any]]:
+        """The chunk with the finish reason (and the logprobs not yet sent), then
+        (include_usage) OpenAI's usage chunk with no choices; the last one carries the timings."""
+        rest = result.logprobs[logprobs_sent:] if result.logprobs else None
+        chunks = [self.chunk(finish=finish_reason(result.stats), logprobs=rest, offset=offset)]
         if self.return_tokens:
             chunks[0]["choices"][0]["tokens"] = result.tokens
         if include_usage:
