@@ -75,7 +75,7 @@ class Browser:
 
     def open(self, url: str, timeout: float = 30) -> None:
         self.call("Page.navigate", url=url)
-        self.wait_for("document.readyState === 'complete'", timeout)
+        self.wait_for(f"location.href === {json.dumps(url)} && document.readyState === 'complete'", timeout)
 
     def screenshot(self, path: Path) -> None:
         path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"]))

@@ -43,8 +43,17 @@ def test_speculation_and_slots_change_no_logprob_and_logprobs_no_token(path):
     sampled = dict(temperature=0.8, seed=5, top_k=3)  # full rows instead of the in-graph top 3
     plain = run(path, 1, False, **sampled)
     assert run(path, 1, "ngram", **sampled).logprobs == plain.logprobs
-    assert run(path, 3, "ngram", **sampled).logprobs == plain.logprobs
-    assert run(path, 1, "ngram", top=None, **sampled).tokens == plain.tokens
+    without = run(path, 1, "ngram", top=None, **sampled)
+    assert without.tokens == plain.tokens and without.logprobs is None
+    # in one batch, a slot asking for full rows makes the forward return them for all
+    model = ggspec.Model(path, n_ctx=256, n_threads=2)
+    with ggspec.Engine(model, slots=3) as engine:
+        streams = [engine.submit(PROMPT, max_tokens=24, ignore_eos=True, spec="ngram", logprobs=top, **sampled)
+                   for top in (3, None, 3)]
+        results = [s.result for s in streams]
+    assert max(r.stats["max_batch_slots"] for r in results) == 3
+    assert [r.tokens for r in results] == [plain.tokens] * 3
+    assert results[0].logprobs == results[2].logprobs == plain.logprobs and results[1].logprobs is None
 
 
 def test_bad_logprobs_are_refused(path):

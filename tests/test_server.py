@@ -13,6 +13,8 @@ from pathlib import Path
 import openai
 import pytest
 
+from ggspec.server.protocol import CompletionRequest
+from ggspec.server.service import ServerConfig, Service
 from tests.browser import Browser
 from tests.server_process import ServerProcess
 from tests.test_cli import ggspec
@@ -161,8 +163,11 @@ def test_logprobs_from_the_trunk_rows_in_both_forms(client):
         assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"]
         assert bytes(e["bytes"]).decode() == e["token"]
     chunks = streamed(chat(client, temperature=0, max_tokens=12, logprobs=True, top_logprobs=2, stream=True))[1]
-    assert [e for c in chunks if c["choices"] for e in (c["choices"][0]["logprobs"] or {}).get("content", [])] == \
-        content
+    entries = [(c["choices"][0]["delta"].get("content") or "", (c["choices"][0]["logprobs"] or {}).get("content", []))
+               for c in chunks if c["choices"]]
+    assert [e for _, es in entries for e in es] == content
+    assert all("".join(e["token"] for e in es) == text for text, es in entries)  # each chunk, its own tokens'
+    assert sum(len(es) > 0 for _, es in entries) > 1
     options = dict(model="m", prompt="The sky is", temperature=0, max_tokens=8, logprobs=3)
     legacy = client.completions.create(**options).to_dict()["choices"][0]
     lp = legacy["logprobs"]
@@ -192,6 +197,10 @@ def test_logprobs_from_the_trunk_rows_in_both_forms(client):
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
      "messages[0].content", "only text parts"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role", "robot"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "must be a string"),
+    ({"stop": 5}, "stop", "a string or a list of strings"),
+    ({"stream": "yes"}, "stream", "valid boolean"),
+    ({"reasoning_effort": "high"}, "reasoning_effort", "unknown field"),
     ({"messages": []}, "messages", "at least 1"),
     ({"messages": [{"role": "user", "content": "word " * 1100}]}, "messages", "context holds 1024"),
 ])
@@ -202,6 +211,22 @@ def test_a_bad_field_is_a_400_that_names_it(client, body, field, words):
     error = e.value.body
     assert e.value.status_code == 400
     assert field in error["message"] and words in error["message"], error
+
+
+@pytest.mark.parametrize("prompt, words", [(5, "must be a string"), ([1, -2], "token id -2 is negative"),
+                                            (["a", "b"], "a list of one string"), ([], "non-empty list")])
+def test_a_bad_prompt_is_a_400_that_names_it(client, prompt, words):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.post("/completions", body={"prompt": prompt, "max_tokens": 2}, cast_to=dict)
+    assert e.value.body["param"] == "prompt" and words in e.value.body["message"], e.value.body
+
+
+def test_nulls_and_openai_service_fields_are_accepted(client):
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "stream": None,
+            "n": None, "logprobs": None, "presence_penalty": None, "store": False, "metadata": {"a": "b"},
+            "service_tier": "auto", "user": "u", "seed": -1, "parallel_tool_calls": True}
+    reply = client.post("/chat/completions", body=body, cast_to=dict)
+    assert reply["usage"]["completion_tokens"] <= 2 and reply["choices"][0]["logprobs"] is None
 
 
 def test_endpoints_and_the_api_key(server, client):
@@ -237,6 +262,17 @@ def test_metrics_count_what_the_responses_report(server, client):
     assert metric(server, names[3]) - before[names[3]] == sum(u.prompt_tokens for u in usage)
     assert sum(t["draft_n"] for t in timings) > 0
     assert metric(server, "ggspec:time_to_first_token_seconds_count") >= 3
+
+
+def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
+    impatient = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=1.5)
+    with pytest.raises(openai.APITimeoutError):
+        chat(impatient, "Count to a thousand.", temperature=0, max_tokens=900,
+             extra_body={"ignore_eos": True, "speculative": {"type": "none"}})
+    deadline = time.monotonic() + 3  # its 900 tokens would take 8 s or more
+    while metric(server, "ggspec:num_requests_running") + metric(server, "ggspec:num_requests_waiting") > 0:
+        assert time.monotonic() < deadline, "a client that left kept its slot"
+        time.sleep(0.05)
 
 
 def test_a_full_queue_is_a_503_and_a_client_that_leaves_frees_its_slot(server, client):
@@ -320,7 +356,8 @@ def test_shutdown_finishes_what_ends_in_its_grace_and_cancels_the_rest(smollm2_p
 
     def run(name, max_tokens):
         stream = client.completions.create(model="m", prompt=f"List the numbers {name}:", max_tokens=max_tokens,
-                                           temperature=0, stream=True, extra_body={"ignore_eos": True})
+                                           temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True, "speculative": {"type": "none"}})
         chunks = []
         try:
             for chunk in stream:
@@ -343,3 +380,20 @@ def test_shutdown_finishes_what_ends_in_its_grace_and_cancels_the_rest(smollm2_p
     assert "server stopped" in process.log.read_text()
     assert ends["short"][0] == "length"           # it finished in the grace
     assert ends["long"][0] is None and ends["long"][1] < 1000  # cut: no finish reason, far from its budget
+
+
+def test_a_request_that_fails_in_the_engine_leaves_no_trace(tiny_model):
+    service = Service(ServerConfig(model_path=tiny_model("llama", "q8_0"), n_ctx=256, n_threads=2, max_queue=1))
+    service.load()
+    try:
+        def broken(*_args, **_options):
+            raise RuntimeError("forward failed")
+
+        service.model.target.spec_forward = broken
+        for _ in range(3):  # more than a slot and the queue hold
+            _, stream = service.submit(CompletionRequest(prompt="a b c", max_tokens=4))
+            with pytest.raises(RuntimeError, match="forward failed"):
+                stream.result
+        assert service.running() == service.waiting() == 0 and service.in_flight == {}
+    finally:
+        service.close()

@@ -11,7 +11,13 @@ ALPHABET = "ab\n"
 
 def run(stops, pieces):
     matcher = StopStrings(stops)
-    out = [matcher.push(p) for p in pieces]
+    out, seen = [], ""
+    for piece in pieces:
+        out.append(matcher.push(piece))
+        seen += piece
+        if matcher.matched is None:  # nothing lost, and a tail held only while it may begin a stop string
+            assert "".join(out) + matcher._held == seen
+            assert not matcher._held or any(s.startswith(matcher._held) and s != matcher._held for s in stops)
     if matcher.matched is None:
         out.append(matcher.flush())
     return "".join(out), matcher, out

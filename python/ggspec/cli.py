@@ -97,7 +97,8 @@ def _add_serve_parser(commands) -> None:
     s.add_argument("--max-queue", type=_positive(int), default=64, metavar="N",
                    help="requests that may wait for a slot; more get a 503 with Retry-After (default 64)")
     s.add_argument("--api-key", metavar="KEY",
-                   help="require 'Authorization: Bearer KEY' on every endpoint but /health")
+                   help="require 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY') on every endpoint but /health "
+                        "and the chat page's files")
     add_spec_arguments(s)
 
 
@@ -145,6 +146,8 @@ def _serve(args) -> None:
         raise ValueError(f"ggspec serve needs the server extra (pip install \".[server]\"): {e}") from None
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    if args.api_key is not None and not args.api_key:
+        raise ValueError("--api-key must not be empty")
     config = ServerConfig(model_path=args.model, alias=args.alias, slots=args.slots, n_ctx=args.ctx,
                           n_threads=args.threads, spec=spec, max_queue=args.max_queue, api_key=args.api_key,
                           target_options=target_options_from())

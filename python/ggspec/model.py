@@ -75,7 +75,7 @@ class Model:
         bos = tok.token_text(tok.bos_id) if tok.bos_id is not None else ""
         eos = tok.token_text(tok.eos_id) if tok.eos_id is not None else ""
         extra = dict(template_kwargs or {})
-        reserved = sorted(extra.keys() & {"messages", "bos_token", "eos_token"})
+        reserved = sorted(extra.keys() & {"messages", "bos_token", "eos_token", "template"})
         if reserved:
             raise ValueError(f"chat template variable {reserved[0]!r} is set by ggspec, not by the caller")
         thinking = extra.pop("enable_thinking", None)

@@ -91,8 +91,9 @@ class Engine:
             spec = spec_options(spec)
             if spec.draft_model:
                 check_draft_model(spec.draft_model)  # fails fast; attaching waits for the worker
-        if isinstance(stop, str) or not all(isinstance(s, str) for s in stop):
-            raise TypeError("stop must be a sequence of strings")
+        stop = [stop] if isinstance(stop, str) else list(stop)
+        if not all(isinstance(s, str) for s in stop):
+            raise TypeError("stop must be a string or a sequence of strings")
         if logprobs is not None and (isinstance(logprobs, bool) or not 0 <= logprobs <= MAX_TOP):
             raise ValueError(f"logprobs must be None or 0..{MAX_TOP}, got {logprobs!r}")
         request = Request(ids, sampler, spec, max_tokens, ignore_eos, on_token, on_finish, stop, logprobs)

@@ -54,7 +54,10 @@ class RequestRun:
                 return
 
     def _put(self, text: str) -> None:
-        piece = self.stop_strings.push(text) if text else ""
+        """Decoded text: what no stop string can begin in goes out."""
+        self._emit(self.stop_strings.push(text) if text else "")
+
+    def _emit(self, piece: str) -> None:
         if piece:
             self.pieces.append(piece)
             self.request.put(piece)
@@ -74,10 +77,7 @@ class RequestRun:
         """The Generation, after the last step; runs the request's on_finish."""
         request = self.request
         self._put(self.decoder.flush())
-        tail = self.stop_strings.flush()
-        if tail:
-            self.pieces.append(tail)
-            request.put(tail)
+        self._emit(self.stop_strings.flush())
         tokens = request.tokens
         prefix = self.execution.prefix
         if prefix is not None:

@@ -44,6 +44,7 @@ class Request:
         self.logprobs = logprobs      # None, or how many of each row's best tokens to report with its own
         self.tokens: list[int] = []   # appended by the worker as tokens come
         self.token_logprobs: list = []  # with logprobs: each token's, appended before its text is queued
+        self.read_tokens = 0          # the tokens the last piece a reader took covers
         self.slot: int | None = None  # the sequence it runs on, once it runs
         self.spec_type: str | None = None  # the speculator it runs with ("none": plain), once it runs
         self._pieces: queue.SimpleQueue = queue.SimpleQueue()
@@ -62,7 +63,8 @@ class Request:
         self.slot, self.spec_type = slot, spec_type
 
     def put(self, piece: str) -> None:
-        self._pieces.put(piece)
+        """A text piece, covering the tokens so far."""
+        self._pieces.put((piece, len(self.tokens)))
         self._notify()
 
     def finish(self, result: Generation | None = None, error: BaseException | None = None) -> None:
@@ -86,10 +88,11 @@ class Request:
 
     def pieces(self) -> Iterator[str]:
         while True:
-            piece = self._pieces.get()
-            if piece is _END:
+            item = self._pieces.get()
+            if item is _END:
                 self._pieces.put(_END)  # a second iteration ends at once
                 break
+            piece, self.read_tokens = item
             yield piece
         self.wait()
 
@@ -108,14 +111,15 @@ class Request:
         try:
             while True:
                 try:
-                    piece = self._pieces.get_nowait()
+                    item = self._pieces.get_nowait()
                 except queue.Empty:
                     await ready.wait()
                     ready.clear()
                     continue
-                if piece is _END:
+                if item is _END:
                     self._pieces.put(_END)
                     return
+                piece, self.read_tokens = item
                 yield piece
         finally:
             self._wake = None
@@ -157,9 +161,10 @@ class GenerationStream:
         return self._request.prompt_ids
 
     def logprobs(self, start: int = 0) -> list:
-        """With logprobs: the tokens' so far from token `start` on (engine/logprobs.py),
-        each there before its text is."""
-        return self._request.token_logprobs[start:]
+        """With logprobs: the logprobs (engine/logprobs.py) of tokens `start` on, up to
+        the last one the text read so far covers."""
+        request = self._request
+        return request.token_logprobs[start:request.read_tokens]
 
     @property
     def slot(self) -> int | None:

@@ -10,7 +10,7 @@ import threading
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
@@ -35,7 +35,20 @@ def create_app(service: Service) -> FastAPI:
         yield
         await run_in_threadpool(service.close)
 
-    app = FastAPI(title="ggspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    def authorize(request: Request) -> None:
+        """With --api-key, every route but _OPEN needs it (the page's files are not routes)."""
+        key = service.config.api_key
+        if key is None or request.url.path in _OPEN:
+            return
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
+        if not secrets.compare_digest(token.encode(), key.encode()):
+            raise APIError(401, "invalid or missing API key (Authorization: Bearer KEY)")
+
+    # the key is a dependency, not an HTTP middleware: behind Starlette's BaseHTTPMiddleware
+    # a request never sees its client disconnect
+    app = FastAPI(title="ggspec", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None,
+                  dependencies=[Depends(authorize)])
 
     @app.exception_handler(APIError)
     async def _api_error(_request: Request, exc: APIError):
@@ -48,18 +61,6 @@ def create_app(service: Service) -> FastAPI:
     @app.exception_handler(Exception)
     async def _failed(_request: Request, exc: Exception):
         return JSONResponse(error_body(500, f"{type(exc).__name__}: {exc}"), status_code=500)
-
-    @app.middleware("http")
-    async def _authorize(request: Request, call_next):
-        key = service.config.api_key
-        path = request.url.path
-        if key is not None and path not in _OPEN and not path.startswith("/static/"):
-            given = request.headers.get("authorization", "")
-            token = given[7:] if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
-            if not secrets.compare_digest(token.encode(), key.encode()):
-                return JSONResponse(error_body(401, "invalid or missing API key (Authorization: Bearer KEY)"),
-                                    status_code=401)
-        return await call_next(request)
 
     app.mount("/static", StaticFiles(directory=_STATIC), name="static")
 
@@ -77,7 +78,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/v1/models")
     async def models():
-        _require_loaded(service)
+        service.require_loaded()
         model = service.model
         template = "the model's" if model.has_chat_template else "ChatML (the model has none)"
         return {"object": "list", "data": [{
@@ -87,7 +88,7 @@ def create_app(service: Service) -> FastAPI:
 
     @app.get("/slots")
     async def slots():
-        _require_loaded(service)
+        service.require_loaded()
         return service.slots()
 
     @app.get("/metrics")
@@ -105,20 +106,15 @@ def create_app(service: Service) -> FastAPI:
     return app
 
 
-def _require_loaded(service: Service) -> None:
-    if not service.loaded:
-        raise APIError(503, "Loading model" if service.error is None else f"the model failed to load: {service.error}")
-
-
 async def _serve(service: Service, body: Completion, request: Request, chat: bool):
     try:
         request_id, stream = await run_in_threadpool(service.submit, body)  # tokenizing takes a while
-    except (ValueError, TypeError) as e:  # the engine's checks of a prompt or of speculation options
+    except ValueError as e:  # the engine's checks of a prompt or of speculation options
         raise APIError(400, str(e)) from None
     reply = Reply(chat, service.model_id, request_id, body.return_tokens, service.model.tokenizer.token_to_piece)
     if body.stream:
-        return StreamingResponse(_events(stream, reply, body.include_usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return _RequestEvents(stream, _events(stream, reply, body.include_usage), media_type="text/event-stream",
+                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
     watch = asyncio.create_task(_cancel_when_gone(request, stream))
     try:
         async for _piece in stream:
@@ -134,27 +130,39 @@ async def _serve(service: Service, body: Completion, request: Request, chat: boo
     return reply.complete(result)
 
 
-async def _events(stream: GenerationStream, reply: Reply, include_usage: bool):
-    """The SSE stream; a client that leaves cancels the request (Starlette cancels this generator)."""
-    try:
-        if reply.chat:
-            yield sse(reply.chunk("", role=True))
-        sent = chars = 0  # logprobs and characters sent so far
-        async for piece in stream:
-            logprobs = stream.logprobs(sent)
-            yield sse(reply.chunk(piece, logprobs=logprobs, offset=chars))
-            sent += len(logprobs)
-            chars += len(piece)
+class _RequestEvents(StreamingResponse):
+    """A request's SSE response: however it ends, the request ends with it (a client that
+    leaves before the first event included: then the generator never starts)."""
+
+    def __init__(self, stream: GenerationStream, content, **options):
+        super().__init__(content, **options)
+        self._stream = stream
+
+    async def __call__(self, scope, receive, send):
         try:
-            result = stream.result
-        except Exception as e:  # noqa: BLE001 - the request's error, after a 200 has gone out
-            yield sse(error_body(400 if isinstance(e, ValueError) else 500, str(e)))
-            return
-        for chunk in reply.last_chunks(result, include_usage, sent, chars):
-            yield sse(chunk)
-        yield sse("[DONE]")
-    finally:
-        stream.cancel()
+            await super().__call__(scope, receive, send)
+        finally:
+            self._stream.cancel()  # a no-op once it has ended
+
+
+async def _events(stream: GenerationStream, reply: Reply, include_usage: bool):
+    """The SSE events of a request; each text piece's chunk carries its tokens' logprobs."""
+    if reply.chat:
+        yield sse(reply.chunk("", role=True))
+    sent = chars = 0  # logprobs and characters sent so far
+    async for piece in stream:
+        logprobs = stream.logprobs(sent)
+        yield sse(reply.chunk(piece, logprobs=logprobs, offset=chars))
+        sent += len(logprobs)
+        chars += len(piece)
+    try:
+        result = stream.result
+    except Exception as e:  # noqa: BLE001 - the request's error, after a 200 has gone out
+        yield sse(error_body(400 if isinstance(e, ValueError) else 500, str(e)))
+        return
+    for chunk in reply.last_chunks(result, include_usage, sent, chars):
+        yield sse(chunk)
+    yield sse("[DONE]")
 
 
 async def _cancel_when_gone(request: Request, stream: GenerationStream) -> None:

@@ -1,9 +1,11 @@
 """The request bodies of the OpenAI endpoints, as ggspec serves them.
 
 Every field is checked: an unknown one, a wrong type or a value out of range is a
-400 that names the field (server/errors.py). Fields OpenAI defines that ggspec
-does not implement are refused by name unless they hold their neutral value.
-Sampling defaults are llama.cpp's (as llama-server's), not OpenAI's.
+400 that names the field (server/errors.py). A null is the field's default, as
+OpenAI reads it. Fields OpenAI defines that ggspec does not implement are refused
+by name unless they hold their neutral value; those that only concern OpenAI's
+service (store, metadata, service_tier, ...) are accepted and ignored. Sampling
+defaults are llama.cpp's (as llama-server's), not OpenAI's.
 """
 
 from __future__ import annotations
@@ -24,18 +26,10 @@ _SEED_MAX = 0xFFFFFFFF
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
 
-
-class StreamOptions(_Body):
-    include_usage: bool = False
-
-
-def _spec_type(value: str | None) -> str | None:
-    if value is not None and value != "none" and value not in SPEC_TYPES:
-        raise ValueError(f"unknown speculation type {value!r}; expected none, {', '.join(SPEC_TYPES)}")
-    return value
-
-
-SpecType = Annotated[str, AfterValidator(_spec_type)]
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data):
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 def neutral_only(reason: str, *neutral: Any) -> AfterValidator:
@@ -46,8 +40,33 @@ def neutral_only(reason: str, *neutral: Any) -> AfterValidator:
             raise ValueError(reason)
         return value
     return AfterValidator(check)
+
+
+def _spec_type(value: str) -> str:
+    if value != "none" and value not in SPEC_TYPES:
+        raise ValueError(f"unknown speculation type {value!r}; expected none, {', '.join(SPEC_TYPES)}")
+    return value
+
+
+def _stop_strings(value: Any) -> list[str]:
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or not all(isinstance(s, str) for s in stops):
+        raise ValueError("must be a string or a list of strings")
+    if len(stops) > _MAX_STOPS:
+        raise ValueError(f"at most {_MAX_STOPS} stop strings, got {len(stops)}")
+    if not all(stops):
+        raise ValueError("a stop string must not be empty")
+    return stops
+
+
+SpecType = Annotated[str, AfterValidator(_spec_type)]
 DraftWindow = Annotated[int, Field(ge=1, le=MAX_DRAFT)]
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+TopLogprobs = Annotated[int, Field(ge=0, le=MAX_TOP)]
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
 
 
 class Speculative(_Body):
@@ -67,8 +86,8 @@ class Completion(_Body):
     top_p: Probability | None = None
     top_k: Annotated[int, Field(ge=-1)] | None = None     # <= 0: off
     min_p: Probability | None = None
-    seed: Annotated[int, Field(ge=0, le=_SEED_MAX)] | None = None
-    stop: str | Annotated[list[str], Field(max_length=_MAX_STOPS)] | None = None
+    seed: Annotated[int, Field(ge=-1, le=_SEED_MAX)] | None = None  # -1: a random one, as llama.cpp's
+    stop: Annotated[Any, AfterValidator(_stop_strings)] = []
     stream: bool = False
     stream_options: StreamOptions | None = None
     n: Annotated[int, Field(ge=1), neutral_only("only n=1 is supported", 1)] = 1
@@ -79,19 +98,15 @@ class Completion(_Body):
     speculative_type: SpecType | None = Field(None, alias="speculative.type")
     speculative_n_max: DraftWindow | None = Field(None, alias="speculative.n_max")
     speculative_p_min: Probability | None = Field(None, alias="speculative.p_min")
-    # OpenAI fields accepted at their neutral value only
+    # OpenAI's service fields: accepted, nothing to do here
     user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    # OpenAI fields accepted at their neutral value only
     presence_penalty: Annotated[float, neutral_only(_PENALTIES)] = 0.0
     frequency_penalty: Annotated[float, neutral_only(_PENALTIES)] = 0.0
     logit_bias: Annotated[dict[str, float], neutral_only("logit_bias is not supported")] | None = None
-
-    @field_validator("stop")
-    @classmethod
-    def _stops(cls, value):
-        stops = [value] if isinstance(value, str) else (value or [])
-        if any(not s for s in stops):
-            raise ValueError("a stop string must not be empty")
-        return value
 
     @model_validator(mode="after")
     def _flat_speculative(self):
@@ -104,6 +119,10 @@ class Completion(_Body):
         return self
 
     @property
+    def sampling_seed(self) -> int | None:
+        return None if self.seed == -1 else self.seed
+
+    @property
     def token_budget(self) -> int | None:
         return self.max_tokens
 
@@ -113,18 +132,25 @@ class Completion(_Body):
         return None
 
     @property
-    def stop_strings(self) -> list[str]:
-        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-
-    @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
 
+def _prompt(value: Any) -> str | list[int]:
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        value = value[0]  # a batch of one
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        if min(value) < 0:
+            raise ValueError(f"token id {min(value)} is negative")
+        return value
+    raise ValueError("must be a string, a list of one string, or a non-empty list of token ids")
+
+
 class CompletionRequest(Completion):
-    prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)] | \
-        Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
-    logprobs: Annotated[int, Field(ge=0, le=MAX_TOP)] | None = None  # the legacy form: how many best tokens
+    prompt: Annotated[Any, AfterValidator(_prompt)]
+    logprobs: TopLogprobs | None = None  # the legacy form: how many best tokens
     echo: Annotated[bool, neutral_only("echo is not supported")] = False
     suffix: Annotated[str, neutral_only("suffix (fill-in-the-middle) is not supported")] | None = None
 
@@ -133,37 +159,40 @@ class CompletionRequest(Completion):
         return self.logprobs
 
 
-class Message(BaseModel):
+def _text_content(value: Any) -> str:
+    """A message's content as one string: only text parts are supported."""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise ValueError("must be a string or a list of content parts")
+    texts = []
+    for i, part in enumerate(value):
+        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            raise ValueError(f"part {i}: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported, "
+                             f"got {kind!r}")
+        texts.append(part["text"])
+    return "".join(texts)
+
+
+class Message(_Body):
     """A chat message. Fields beyond role and content (a name, tool calls, reasoning)
     pass to the chat template as they are."""
 
     model_config = ConfigDict(extra="allow", strict=True)
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _text(cls, value):
-        """Content parts become one string: only text parts are supported."""
-        if not isinstance(value, list):
-            return value
-        texts = []
-        for i, part in enumerate(value):
-            if part.get("type") != "text" or not isinstance(part.get("text"), str):
-                raise ValueError(f"part {i}: only text parts ({{\"type\": \"text\", \"text\": ...}}) are supported, "
-                                 f"got type {part.get('type')!r}")
-            texts.append(part["text"])
-        return "".join(texts)
+    content: Annotated[Any, AfterValidator(_text_content)] = ""
 
 
 class ChatRequest(Completion):
     messages: Annotated[list[Message], Field(min_length=1)]
     max_completion_tokens: Annotated[int, Field(ge=1)] | None = None
     logprobs: bool = False
-    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP)] | None = None
+    top_logprobs: TopLogprobs | None = None
     chat_template_kwargs: dict[str, Any] | None = None
     tools: Annotated[list[dict[str, Any]], neutral_only("tools are not supported")] | None = None
     tool_choice: Annotated[Any, neutral_only("tool_choice is not supported", "none", "auto")] = None
+    parallel_tool_calls: bool | None = None  # tools are refused: nothing to run in parallel
     response_format: dict[str, Any] | None = None
 
     @field_validator("response_format")
@@ -173,6 +202,12 @@ class ChatRequest(Completion):
             raise ValueError(f"only the text response format is supported, got {value.get('type')!r}")
         return value
 
+    @model_validator(mode="after")
+    def _top_needs_logprobs(self):
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs true")
+        return self
+
     @property
     def token_budget(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
@@ -181,14 +216,8 @@ class ChatRequest(Completion):
     def logprob_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 
-    @model_validator(mode="after")
-    def _top_needs_logprobs(self):
-        if self.top_logprobs and not self.logprobs:
-            raise ValueError("top_logprobs: needs logprobs true")
-        return self
-
     def message_dicts(self) -> list[dict[str, Any]]:
-        return [m.model_dump(exclude_none=True) for m in self.messages]
+        return [m.model_dump() for m in self.messages]
 
 
 __all__ = ["CompletionRequest", "ChatRequest", "Speculative", "Message"]

@@ -92,96 +92,107 @@ class Service:
     def close(self) -> None:
         """Cancels what is in flight and stops the engine once it has ended."""
         with self._lock:
-            streams = [f.stream for f in self.in_flight.values() if f.stream is not None]
+            streams = [f.stream for f in self._live() if f.stream is not None]
         for stream in streams:
             stream.cancel()
         if self.engine is not None:
             self.engine.close()
 
     # --- requests ------------------------------------------------------------
+    def require_loaded(self) -> None:
+        if not self.loaded:
+            raise APIError(503, "Loading model" if self.error is None else f"the model failed to load: {self.error}")
+
+    def _live(self) -> list[InFlight]:
+        """The requests still in flight (under the lock). One that ended in any way, an
+        engine error included, leaves here: its stream is done."""
+        for key in [k for k, f in self.in_flight.items() if f.stream is not None and f.stream.done]:
+            del self.in_flight[key]
+        return list(self.in_flight.values())
+
     def running(self) -> int:
         with self._lock:
-            return sum(f.slot is not None for f in self.in_flight.values())
+            return sum(f.slot is not None for f in self._live())
 
     def waiting(self) -> int:
         with self._lock:
-            return sum(f.slot is None for f in self.in_flight.values())
+            return sum(f.slot is None for f in self._live())
 
     def submit(self, body: Completion) -> tuple[str, GenerationStream]:
         """Starts a request (on a server thread: it tokenizes); returns its id and stream."""
-        if not self.loaded:
-            raise APIError(503, "Loading model" if self.error is None else f"the model failed to load: {self.error}")
-        with self._lock:
-            full = len(self.in_flight) >= self.config.slots + self.config.max_queue
-        if full:
-            raise APIError(503, f"the queue is full ({self.config.max_queue} requests wait for a slot)",
-                           headers={"Retry-After": "1"})
-        model = self.model
-        if isinstance(body, ChatRequest):
-            kind, shown = "chatcmpl", body.message_dicts()
-            try:
-                ids = model.encode_chat(shown, template_kwargs=body.chat_template_kwargs,
-                                        default_template=CHATML_TEMPLATE)
-            except ChatTemplateError as e:
-                raise APIError(400, f"messages: {e}", "messages") from None
-            except ValueError as e:
-                raise APIError(400, f"chat_template_kwargs: {e}", "chat_template_kwargs") from None
-        else:
-            assert isinstance(body, CompletionRequest)
-            kind, shown = "cmpl", body.prompt
-            prompt = body.prompt
-            if isinstance(prompt, list) and isinstance(prompt[0], str):
-                prompt = prompt[0]
-            if isinstance(prompt, str):
-                ids = model.encode_prompt(prompt)
-            elif max(prompt) >= model.target.n_vocab:
-                raise APIError(400, f"prompt: token id {max(prompt)} is outside the vocabulary "
-                                    f"(0..{model.target.n_vocab - 1})", "prompt")
-            else:
-                ids = list(prompt)
-        if not ids:
-            raise APIError(400, "prompt: it tokenizes to no tokens (and the model adds no BOS)", "prompt")
-        field = "messages" if kind == "chatcmpl" else "prompt"
-        if len(ids) > model.n_ctx:
-            raise APIError(400, f"{field}: the prompt is {len(ids)} tokens but a slot's context holds "
-                                f"{model.n_ctx} (start the server with a larger -c, or shorten the prompt)", field)
-        # by default, to the context's end (as llama-server's n_predict -1)
-        budget = body.token_budget if body.token_budget is not None else max(1, model.n_ctx - len(ids))
-        entry = InFlight(f"{kind}-{uuid.uuid4().hex}", _shown(shown), time.perf_counter())
-        first = []
-
-        def on_token(_token: int) -> None:
-            if not first:
-                first.append(True)
-                self.metrics.ttft.observe(time.perf_counter() - entry.arrived)
-
-        def on_finish(result: Generation) -> None:  # on the engine's thread
-            with self._lock:
-                self.in_flight.pop(entry.id, None)
-            self.metrics.finished(result.stats, finish_reason(result.stats))
-            if result.stats["decline_reason"]:
-                log.info("%s: speculation declined: %s", entry.id, result.stats["decline_reason"])
-
-        # in flight before the engine has it: a request can finish before submit returns
-        with self._lock:
+        self.require_loaded()
+        kind = "chatcmpl" if isinstance(body, ChatRequest) else "cmpl"
+        entry = InFlight(f"{kind}-{uuid.uuid4().hex}", _shown(body), time.perf_counter())
+        with self._lock:  # a place in the queue, taken before tokenizing
+            if len(self._live()) >= self.config.slots + self.config.max_queue:
+                raise APIError(503, f"the queue is full ({self.config.max_queue} requests wait for a slot)",
+                               headers={"Retry-After": "1"})
             self.in_flight[entry.id] = entry
         try:
+            ids = self.prompt_ids(body)
+            # by default, to the context's end (as llama-server's n_predict -1)
+            budget = body.token_budget if body.token_budget is not None else max(1, self.model.n_ctx - len(ids))
             entry.stream = self.engine.submit(
                 ids, max_tokens=budget, temperature=_pick(body.temperature, _DEFAULTS.temperature),
                 top_k=_pick(body.top_k, _DEFAULTS.top_k), top_p=_pick(body.top_p, _DEFAULTS.top_p),
-                min_p=_pick(body.min_p, _DEFAULTS.min_p), seed=body.seed, ignore_eos=body.ignore_eos,
+                min_p=_pick(body.min_p, _DEFAULTS.min_p), seed=body.sampling_seed, ignore_eos=body.ignore_eos,
                 spec=self.spec_options(body), stop=self.stop_strings(body), logprobs=body.logprob_count,
-                on_token=on_token, on_finish=on_finish)
+                on_token=self._first_token_timer(entry), on_finish=self._finished(entry))
         except BaseException:
             with self._lock:
                 self.in_flight.pop(entry.id, None)
             raise
         return entry.id, entry.stream
 
+    def prompt_ids(self, body: Completion) -> list[int]:
+        """The request's prompt as token ids (a chat through the model's template), checked
+        against the vocabulary and a slot's context."""
+        model = self.model
+        field_name = "messages" if isinstance(body, ChatRequest) else "prompt"
+        if isinstance(body, ChatRequest):
+            try:
+                ids = model.encode_chat(body.message_dicts(), template_kwargs=body.chat_template_kwargs,
+                                        default_template=CHATML_TEMPLATE)
+            except ChatTemplateError as e:
+                raise APIError(400, f"messages: {e}", "messages") from None
+            except ValueError as e:
+                raise APIError(400, f"chat_template_kwargs: {e}", "chat_template_kwargs") from None
+        elif isinstance(body.prompt, str):
+            ids = model.encode_prompt(body.prompt)
+        elif max(body.prompt) >= model.target.n_vocab:
+            raise APIError(400, f"prompt: token id {max(body.prompt)} is outside the vocabulary "
+                                f"(0..{model.target.n_vocab - 1})", "prompt")
+        else:
+            ids = list(body.prompt)
+        if not ids:
+            raise APIError(400, "prompt: it tokenizes to no tokens (and the model adds no BOS)", "prompt")
+        if len(ids) > model.n_ctx:
+            raise APIError(400, f"{field_name}: the prompt is {len(ids)} tokens but a slot's context holds "
+                                f"{model.n_ctx} (start the server with a larger -c, or shorten the prompt)", field_name)
+        return ids
+
+    def _first_token_timer(self, entry: InFlight):
+        first = []
+
+        def on_token(_token: int) -> None:  # on the engine's thread
+            if not first:
+                first.append(True)
+                self.metrics.ttft.observe(time.perf_counter() - entry.arrived)
+        return on_token
+
+    def _finished(self, entry: InFlight):
+        def on_finish(result: Generation) -> None:  # on the engine's thread
+            with self._lock:
+                self.in_flight.pop(entry.id, None)
+            self.metrics.finished(result.stats, finish_reason(result.stats))
+            if result.stats["decline_reason"]:
+                log.info("%s: speculation declined: %s", entry.id, result.stats["decline_reason"])
+        return on_finish
+
     def stop_strings(self, body: Completion) -> list[str]:
         """The request's, and ChatML's end of turn for a chat on a model without a template."""
         chatml = isinstance(body, ChatRequest) and not self.model.has_chat_template
-        return body.stop_strings + [CHATML_END] if chatml else body.stop_strings
+        return body.stop + [CHATML_END] if chatml else body.stop
 
     def spec_options(self, body: Completion) -> SpecOptions:
         """The server's speculation flags, with what the request's `speculative` sets."""
@@ -202,7 +213,7 @@ class Service:
     def slots(self) -> list[dict[str, Any]]:
         """llama-server's /slots: per slot, whether it runs a request, which, and with what."""
         with self._lock:
-            by_slot = {f.slot: f for f in self.in_flight.values() if f.slot is not None}
+            by_slot = {f.slot: f for f in self._live() if f.slot is not None}
         out = []
         for i in range(self.config.slots):
             f = by_slot.get(i)
@@ -220,12 +231,11 @@ def _pick(value, default):
     return default if value is None else value
 
 
-def _shown(prompt) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if prompt and isinstance(prompt[0], dict):
-        return "\n".join(f"{m['role']}: {m.get('content') or ''}" for m in prompt)
-    return " ".join(map(str, prompt))
+def _shown(body: Completion) -> str:
+    """The prompt as /slots shows it."""
+    if isinstance(body, ChatRequest):
+        return "\n".join(f"{m.role}: {m.content or ''}" for m in body.messages)
+    return body.prompt if isinstance(body.prompt, str) else " ".join(map(str, body.prompt))
 
 
 __all__ = ["Service", "ServerConfig"]

@@ -75,8 +75,8 @@ def render_chat(
         variables["enable_thinking"] = enable_thinking
     try:
         return _compile(template).render(**variables)
-    except jinja2.TemplateError as e:
-        raise ChatTemplateError(f"the model's chat template failed to render: {e}") from None
+    except Exception as e:  # noqa: BLE001 - a template is code from the file: any failure is its own
+        raise ChatTemplateError(f"the model's chat template failed to render: {type(e).__name__}: {e}") from None
 
 
 __all__ = ["render_chat", "ChatTemplateError", "CHATML_TEMPLATE", "CHATML_END"]

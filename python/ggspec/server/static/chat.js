@@ -97,7 +97,8 @@ async function send(text) {
         pieces += 1;
         first = first || performance.now();
         const seconds = (performance.now() - first) / 1000;
-        // a piece is a token's text (a character split over tokens comes with the last of them)
+        // a piece is about a token's text (a character split over tokens, or text held back
+        // while it may begin a stop string, comes with a later one); the exact rate is in the timings
         if (seconds > 0) $("live").textContent = `≈ ${(pieces / seconds).toFixed(1)} tok/s while streaming`;
       }
       if (chunk.timings) {
