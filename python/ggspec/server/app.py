@@ -141,6 +141,8 @@ class _RequestEvents(StreamingResponse):
     async def __call__(self, scope, receive, send):
         try:
             await super().__call__(scope, receive, send)
+        except asyncio.CancelledError:
+            pass  # the shutdown's grace ran out: the response ends here, and the request with it
         finally:
             self._stream.cancel()  # a no-op once it has ended
 
