@@ -180,6 +180,10 @@ class GenerationStream:
     def done(self) -> bool:
         return self._request.done
 
+    @property
+    def cancelled(self) -> bool:
+        return self._request.cancelled
+
     def run(self) -> Generation:
         """Waits for the whole generation; returns it."""
         return self.result

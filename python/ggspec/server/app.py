@@ -35,7 +35,7 @@ def create_app(service: Service) -> FastAPI:
         yield
         await run_in_threadpool(service.close)
 
-    def authorize(request: Request) -> None:
+    async def authorize(request: Request) -> None:
         """With --api-key, every route but _OPEN needs it (the page's files are not routes)."""
         key = service.config.api_key
         if key is None or request.url.path in _OPEN:
@@ -122,11 +122,13 @@ async def _serve(service: Service, body: Completion, request: Request, chat: boo
         result = stream.result
     except ValueError as e:  # the request's own (a drafter that cannot serve the model)
         raise APIError(400, str(e)) from None
+    except asyncio.CancelledError:  # the shutdown's grace ran out
+        return error_response(APIError(503, "the request was cancelled: the server is shutting down"))
     finally:
         watch.cancel()
         stream.cancel()  # a no-op once it has ended
     if result.stats["stop"] == "cancelled":
-        raise APIError(503, "the request was cancelled (the server is shutting down)")
+        raise APIError(503, "the request was cancelled: the server is shutting down")
     return reply.complete(result)
 
 

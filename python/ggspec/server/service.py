@@ -105,10 +105,12 @@ class Service:
 
     def _live(self) -> list[InFlight]:
         """The requests still in flight (under the lock). One that ended in any way, an
-        engine error included, leaves here: its stream is done."""
+        engine error included, leaves here: its stream is done. A cancelled one that still
+        waits for a slot is not counted: the engine ends it as it reaches one, before its
+        prompt's forward."""
         for key in [k for k, f in self.in_flight.items() if f.stream is not None and f.stream.done]:
             del self.in_flight[key]
-        return list(self.in_flight.values())
+        return [f for f in self.in_flight.values() if f.stream is None or not f.stream.cancelled]
 
     def running(self) -> int:
         with self._lock:
