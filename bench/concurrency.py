@@ -220,7 +220,11 @@ class LlamaServer:
                 float(counts.get("spec_decode_num_accepted_tokens_total", 0)))
 
     def close(self) -> None:
-        stop_process(self.proc)
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 def add_closed_loop_arguments(ap: argparse.ArgumentParser) -> None:
@@ -231,16 +235,6 @@ def add_closed_loop_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--ctx", type=int, default=512, help="positions per slot, both sides")
     ap.add_argument("--flavor", default="usual", help="the llama.cpp peer build")
-
-
-def stop_process(proc: subprocess.Popen, timeout: float = 30) -> None:
-    """SIGTERM, then SIGKILL if it is still there after timeout seconds."""
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def llama_level(path: str, spec_type: str | None, n: int, work: list[list], n_predict: int, ctx: int, threads: int,

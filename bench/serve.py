@@ -30,17 +30,16 @@ import argparse
 import http.client
 import json
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 from bench.compare_decode import model_paths
 from bench.concurrency import (CHAT_FOLLOW_UP, MAX_TOKENS, MIN_TOKENS, SUITE_NAMES, LlamaServer, _percentile,
-                               add_closed_loop_arguments, request_tokens, stop_process)
+                               add_closed_loop_arguments, request_tokens)
 from bench.peer.peer import ensure_built
 from bench.spec_prompts import DOCUMENT, SUITES
+from tests.server_process import ServerProcess
 
 def prompts(tokenizer, chat: bool) -> list[str]:
     """The suite prompts as text of MIN_TOKENS-MAX_TOKENS tokens: a short one led by as
@@ -59,39 +58,9 @@ def prompts(tokenizer, chat: bool) -> list[str]:
     return out
 
 
-class GgspecServer:
-    def __init__(self, path: str, n: int, ctx: int, threads: int, config: str, log: Path):
-        spec = ["--spec-type", "ngram"] if config == "ngram" else ["--no-spec"]
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ggspec", "serve", "-m", path, "--port", "0",
-                                      "--slots", str(n), "-c", str(ctx), "-t", str(threads), *spec],
-                                     stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        self.port = None
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"ggspec serve exited: {log.read_text()[-2000:]}")
-            text = log.read_text()
-            if self.port is None and "listening on http://127.0.0.1:" in text:
-                self.port = int(text.split("listening on http://127.0.0.1:")[1].split()[0])
-            if self.port is not None and _status(self.port, "/health") == 200:
-                return
-            time.sleep(0.1)
-        self.close()
-        raise RuntimeError("ggspec serve did not become healthy within 120 s")
-
-    def close(self) -> None:
-        stop_process(self.proc)
-        self._log.close()
-
-
-def _status(port: int, path: str) -> int:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        conn.request("GET", path)
-        return conn.getresponse().status
-    except OSError:
-        return 0
+def ggspec_server(path: str, n: int, ctx: int, threads: int, config: str, log: Path) -> ServerProcess:
+    spec = ["--spec-type", "ngram"] if config == "ngram" else ["--no-spec"]
+    return ServerProcess(["-m", path, "--slots", str(n), "-c", str(ctx), "-t", str(threads), *spec], log)
 
 
 def send(port: int, chat: bool, prompt: str | list[dict], max_tokens: int) -> dict:
@@ -191,15 +160,17 @@ def main() -> None:
                 for round_ in range(args.rounds):
                     for side in (("ggspec", "llama") if round_ % 2 == 0 else ("llama", "ggspec")):
                         if side == "ggspec":
-                            server = GgspecServer(paths[name], n, args.ctx, args.threads, config,
-                                                  args.out / "ggspec-serve.log")
+                            server = ggspec_server(paths[name], n, args.ctx, args.threads, config,
+                                                   args.out / "ggspec-serve.log")
+                            stop = server.stop
                         else:
                             server = LlamaServer(paths[name], n, args.ctx, args.threads,
                                                  args.llama_ngram if config == "ngram" else None, args.flavor)
+                            stop = server.close
                         try:
                             r = level(server.port, chat, n, texts, args.requests, args.n, args.turns)
                         finally:
-                            server.close()
+                            stop()
                         results[side].append(r)
                         print(f"{name} {config} N={n} round {round_} {side}: {r['tokens_per_second']:.1f} tok/s, "
                               f"TTFT p95 {1000 * r['ttft_p95']:.0f} ms", flush=True)

@@ -1,5 +1,5 @@
-"""A `ggspec serve` process for a test: on 127.0.0.1, on a free port, started and
-stopped by the test, every wait bounded."""
+"""A `ggspec serve` process for a test or a benchmark (bench.serve): on 127.0.0.1,
+on a free port, started and stopped by its caller, every wait bounded."""
 
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ class ServerProcess:
                 raise RuntimeError(f"ggspec serve exited with {self.proc.returncode}:\n{self.log.read_text()}")
             time.sleep(0.05)
         raise TimeoutError(f"ggspec serve did not bind in {timeout} s:\n{self.log.read_text()}")
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

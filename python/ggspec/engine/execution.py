@@ -43,8 +43,9 @@ class SpeculativeExecution:
 
     draft_cap: the operator's --spec-draft (None: the speculator's own window).
     accept: "match" (seed-identical to plain decoding) or "rejection".
-    logprobs: None, or record each emitted token's log-probability and its row's
-    `logprobs` most likely tokens (token_logprobs); its forwards then return full rows.
+    logprobs: None, or record, for the tokens the last step emitted (step_logprobs), each
+    one's log-probability and its row's `logprobs` most likely tokens; its forwards then
+    return full rows.
     """
 
     def __init__(self, target, sampler: Sampler, speculator: Speculator | None = None, *,
@@ -64,7 +65,7 @@ class SpeculativeExecution:
         self._governor_start = (self.governor.parked_steps, self.governor.probes)
         self._state_bytes_start = target.state_transfer_bytes
         self.logprobs = logprobs
-        self.token_logprobs: list[TokenLogprob] = []  # one per emitted token, in order
+        self.step_logprobs: list[TokenLogprob] = []  # one per token the last step (or the prompt) emitted
         self._top_k = 0 if logprobs is not None else sampler.forward_top_k
         self._taps = tuple(speculator.hidden_layers) if speculator and speculator.needs_hidden_state else ()
         self._hidden = None  # the hidden row the last commit ended on
@@ -224,8 +225,8 @@ class SpeculativeExecution:
     def _record_logprobs(self, out, emitted: list[int], first_row: int = 0) -> None:
         """Each emitted token is drawn from its own row of the forward, in order."""
         if self.logprobs is not None:
-            self.token_logprobs.extend(token_logprob(out.logits[first_row + i], token, self.logprobs)
-                                       for i, token in enumerate(emitted))
+            self.step_logprobs = [token_logprob(out.logits[first_row + i], token, self.logprobs)
+                                  for i, token in enumerate(emitted)]
 
     def _accept(self, out, drafts: list[int], first_position: int) -> list[int]:
         if self.accept == "rejection" and drafts:

@@ -38,7 +38,7 @@ class RequestRun:
         string stops the run (the token that completes a stop string counts; its text
         from the stop string on does not)."""
         request = self.request
-        for token in step:
+        for i, token in enumerate(step):
             self.clock.tick(first=self.clock.t_prompt is None)
             if request.on_token is not None:
                 request.on_token(token)
@@ -46,8 +46,8 @@ class RequestRun:
                 self.stop = "eos"
                 return
             request.tokens.append(token)
-            if self.execution.logprobs is not None:  # the execution recorded one per emitted token
-                request.token_logprobs.append(self.execution.token_logprobs[len(request.tokens) - 1])
+            if self.execution.logprobs is not None:  # the step's i-th token came from its i-th row
+                request.token_logprobs.append(self.execution.step_logprobs[i])
             self._put(self.decoder.push(token))
             if self.stop_strings.matched is not None:
                 self.stop = "stop"

@@ -86,13 +86,16 @@ class Request:
     def cancel(self) -> None:
         self._cancelled.set()
 
+    def _read(self, item) -> str | None:
+        """A queued item's text piece; None at the end (put back: a second reader ends at once)."""
+        if item is _END:
+            self._pieces.put(_END)
+            return None
+        piece, self.read_tokens = item
+        return piece
+
     def pieces(self) -> Iterator[str]:
-        while True:
-            item = self._pieces.get()
-            if item is _END:
-                self._pieces.put(_END)  # a second iteration ends at once
-                break
-            piece, self.read_tokens = item
+        while (piece := self._read(self._pieces.get())) is not None:
             yield piece
         self.wait()
 
@@ -116,10 +119,9 @@ class Request:
                     await ready.wait()
                     ready.clear()
                     continue
-                if item is _END:
-                    self._pieces.put(_END)
+                piece = self._read(item)
+                if piece is None:
                     return
-                piece, self.read_tokens = item
                 yield piece
         finally:
             self._wake = None
