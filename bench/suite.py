@@ -2,7 +2,15 @@
 
     python -m bench.suite --quick          # one prompt per suite, Gemma, 3 rounds, n=64 (~4 min)
     python -m bench.suite                  # every prompt, every llama.cpp n-gram mode
+    python -m bench.suite --draft-pairs    # draft models: each model's F16 target, its Q4_0 draft
     python -m bench.suite_report DIR/runs.json   # redraw the table and plots from a run
+
+--draft-pairs runs real target/draft pairs of the same weights, re-quantized by the
+peer build's llama-quantize (bench.variants): the F16 target with its Q4_0 draft.
+Its configurations are ggspec plain, ggspec draft (the governor on) and
+draft-ungoverned (off: acceptance is the draft's own), llama.cpp plain and
+llama.cpp draft-simple (llama-speculative-simple -md, its defaults: 3 drafts, no
+confidence gate), with the draft's threads the target's on both sides.
 
 Per model and prompt, each round runs every configuration once, the order rotated
 by one each round so that no configuration always follows the same neighbour:
@@ -32,14 +40,16 @@ from bench.compare_decode import model_paths
 from bench.harness import rotated, run_in_process, run_once
 from bench.peer.commands import completion_cmd, speculative_cmd
 from bench.peer.generation_stats import completion_stats, speculative_stats
-from bench.peer.peer import peer_tokenize
+from bench.peer.peer import FLAVORS, peer_tokenize
 from bench.spec_prompts import CANNOT_PAY, SUITES, Prompt
 from ggspec.engine.stats import PHASES
 
 LLAMA_MODES = ("ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache")
 QUICK_LLAMA_MODES = ("ngram-simple",)
 QUICK_MODELS = ("gemma3-270m-q4_k_m",)  # ggspec's default model; both models take ~6 min
-GGSPEC_SPECULATOR = {"plain": "none", "ngram": "ngram", "garbage": "garbage"}
+GGSPEC_SPECULATOR = {"plain": "none", "ngram": "ngram", "garbage": "garbage", "draft": "draft",
+                     "draft-ungoverned": "draft"}
+DRAFT_PAIR = ("f16", "q4_0")  # --draft-pairs: the target's type and the draft's
 
 
 @dataclass(frozen=True)
@@ -52,14 +62,18 @@ class Config:
         return f"{self.engine} {self.name}"
 
 
-def configs_for(prompt: Prompt, modes: tuple[str, ...], garbage: bool) -> list[Config]:
+def configs_for(prompt: Prompt, modes: tuple[str, ...], garbage: bool, draft_model: str | None = None) -> list[Config]:
+    if draft_model is not None:
+        return [Config("ggspec", c) for c in ("plain", "draft", "draft-ungoverned")] + \
+            [Config("llama.cpp", m) for m in ("plain", "draft-simple")]
     ours = ["plain", "ngram"] + (["garbage"] if garbage and prompt.kind == CANNOT_PAY else [])
     return [Config("ggspec", c) for c in ours] + [Config("llama.cpp", m) for m in ("plain", *modes)]
 
 
-def ggspec_run(model: ggspec.Model, prompt: Prompt, config: Config, n: int) -> dict:
+def ggspec_run(model: ggspec.Model, prompt: Prompt, config: Config, n: int, draft_model: str | None = None) -> dict:
     result, wall_s, other_cores = run_in_process(
-        lambda: spec_run.run(model, prompt.name, GGSPEC_SPECULATOR[config.name], n))
+        lambda: spec_run.run(model, prompt.name, GGSPEC_SPECULATOR[config.name], n,
+                             governor=config.name != "draft-ungoverned", draft_model=draft_model))
     s = result.stats
     calls = s["verify_steps"] + s["plain_steps"]
     # the first token comes with the prompt's forward, the rest from `calls`
@@ -74,18 +88,22 @@ def ggspec_run(model: ggspec.Model, prompt: Prompt, config: Config, n: int) -> d
             "output": result.tokens}
 
 
-def llama_run(path: str, text: str, config: Config, n: int, threads: int, ctx: int) -> dict:
+def llama_run(path: str, text: str, config: Config, n: int, threads: int, ctx: int,
+              draft_model: str | None = None, flavor: str = "wheel") -> dict:
     if config.name == "plain":
-        cmd, parse = completion_cmd(path, text, n, threads, ctx), completion_stats
+        cmd, parse = completion_cmd(path, text, n, threads, ctx, flavor=flavor), completion_stats
     else:
-        cmd, parse = speculative_cmd(path, text, config.name, n, threads, ctx), speculative_stats
+        cmd = speculative_cmd(path, text, config.name, n, threads, ctx, flavor=flavor,
+                              draft_model=draft_model if config.name == "draft-simple" else None)
+        parse = speculative_stats
     record = run_once(cmd, None)
     return {**parse(record["stdout_tail"] + record["stderr_tail"]), "wall_s": record["wall_s"],
             "other_cores": record["other_cores"]}
 
 
 def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Config], rounds: int, n: int,
-               warmup: bool, progress, max_other_cores: float | None = None, retries: int = 2) -> list[dict]:
+               warmup: bool, progress, max_other_cores: float | None = None, retries: int = 2,
+               draft_model: str | None = None, flavor: str = "wheel") -> list[dict]:
     """Every configuration once per round. A run during which other processes kept more
     than max_other_cores cores busy is redone, up to `retries` times (the last try stands).
     Stops if ggspec's configurations do not all emit the same (greedy) tokens."""
@@ -100,9 +118,9 @@ def run_prompt(model: ggspec.Model, path: str, prompt: Prompt, configs: list[Con
         for config in rotated(configs, round_):
             for attempt in range(retries + 1):
                 if config.engine == "ggspec":
-                    r = ggspec_run(model, prompt, config, n)
+                    r = ggspec_run(model, prompt, config, n, draft_model)
                 else:
-                    r = llama_run(path, text, config, n, threads, ctx)
+                    r = llama_run(path, text, config, n, threads, ctx, draft_model, flavor)
                 disturbed = max_other_cores is not None and (r["other_cores"] or 0.0) > max_other_cores
                 progress(f"{'warm-up' if round_ < 0 else f'round {round_ + 1}/{rounds}'} {config.label}: "
                          f"{r['tokens_per_second']:.1f} tok/s ({r['wall_s']:.1f} s wall, other load "
@@ -135,6 +153,12 @@ def main() -> None:
     p.add_argument("--suites", nargs="*", choices=list(SUITES), help="subset of suites")
     p.add_argument("--prompts", nargs="*", help="subset of prompt names")
     p.add_argument("--modes", nargs="*", help="llama.cpp n-gram modes (default: all; --quick: ngram-simple)")
+    p.add_argument("--draft-pairs", action="store_true",
+                   help=f"each model's {DRAFT_PAIR[0].upper()} target with its {DRAFT_PAIR[1].upper()} draft "
+                        "(bench.variants): ggspec's draft model against llama.cpp's draft-simple")
+    p.add_argument("--flavor", choices=FLAVORS, default="wheel",
+                   help="llama.cpp's build: wheel (the same ggml as ggspec's, default) or usual (OpenMP, "
+                        "llamafile, repacking: what its users run)")
     p.add_argument("--garbage", action="store_true",
                    help="add ggspec with a drafter of random tokens (governor on) on the prompts that cannot pay")
     p.add_argument("--max-other-cores", type=float, default=0.25,
@@ -151,7 +175,7 @@ def main() -> None:
 
     started = time.time()
     meta = {"threads": args.threads, "n": n, "ctx": args.ctx, "rounds": args.rounds, "quick": args.quick,
-            "max_other_cores": args.max_other_cores,
+            "max_other_cores": args.max_other_cores, "llama_flavor": args.flavor,
             "llama_modes": list(modes), "machine": platform.processor() or platform.machine(),
             "copy_bandwidth_gbs": copy_bandwidth_gbs(args.threads), "models": {}}
     out = Path(args.out_dir)
@@ -166,14 +190,22 @@ def main() -> None:
     for model_name, path in model_paths().items():
         if models and model_name not in models:
             continue
+        draft_model = None
+        if args.draft_pairs:
+            from bench.variants import variant
+
+            path, draft_model = str(variant(path, DRAFT_PAIR[0])), str(variant(path, DRAFT_PAIR[1]))
+            meta["draft_models"] = {**meta.get("draft_models", {}),
+                                    model_name: {"path": draft_model, "weight_bytes": weight_bytes(draft_model)}}
         meta["models"][model_name] = {"path": path, "weight_bytes": weight_bytes(path)}
         model = ggspec.Model(path, n_ctx=args.ctx, n_threads=args.threads)
         for i, prompt in enumerate(prompts):
             print(f"{model_name} / {prompt.suite} / {prompt.name}", flush=True)
-            for record in run_prompt(model, path, prompt, configs_for(prompt, modes, args.garbage), args.rounds,
+            configs = configs_for(prompt, modes, args.garbage, draft_model)
+            for record in run_prompt(model, path, prompt, configs, args.rounds,
                                      n, warmup=i == 0, progress=lambda line: print("  " + line, flush=True),
                                      max_other_cores=args.max_other_cores if args.max_other_cores >= 0 else None,
-                                     retries=args.retries):
+                                     retries=args.retries, draft_model=draft_model, flavor=args.flavor):
                 runs.append({"model": model_name, **record})
             save(complete=False)
         del model

@@ -13,6 +13,7 @@
 #include "kernels/masked_soft_max.h"
 #include "kernels/row_argmax.h"
 #include "kernels/row_matmul.h"
+#include "models/forward_graph.h"
 #include "target.h"
 
 namespace py = pybind11;
@@ -305,6 +306,7 @@ PYBIND11_MODULE(_core, m) {
         .def("rewind", &Target::rewind, py::arg("length"), py::arg("seq") = 0)
         .def("reset", &Target::reset)
         .def("reset_seq", &Target::reset_seq, py::arg("seq"))
+        .def("pause_threads", &Target::pause_threads, py::call_guard<py::gil_scoped_release>())
         .def("set_n_seqs", &Target::set_n_seqs, py::arg("n"))
         .def_property_readonly("n_seqs", &Target::n_seqs)
         .def_property_readonly("max_batch_rows", &Target::max_batch_rows)
@@ -385,6 +387,8 @@ PYBIND11_MODULE(_core, m) {
             return out;
         },
         py::arg("type_name"), py::arg("data"), "ggml's quantization of f32 rows (for writing test models).");
+    m.def("architectures", &architecture_names,
+          "The general.architecture values ggspec runs as a target (or as a draft model).");
     m.def(
         "row_kernel_paths",
         [] {

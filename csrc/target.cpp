@@ -325,6 +325,10 @@ void Target::reset_seq(int64_t seq) {
     seq_states_[seq].empty();
 }
 
+void Target::pause_threads() {
+    if (threadpool_) ggml_threadpool_pause(threadpool_.get());
+}
+
 void Target::settle_state(int64_t length, int64_t seq) {
     SeqState & st = seq_states_[seq];
     if (st.pending.graph) {

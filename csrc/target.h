@@ -104,6 +104,10 @@ public:
     void rewind(int64_t length, int64_t seq = 0);
     void reset();                 // every sequence, and the drafters
     void reset_seq(int64_t seq);  // one sequence of the trunk's cache and state, and of the drafters'
+    // Puts the CPU thread pool's workers to sleep now instead of letting them poll for the next
+    // graph; the next compute wakes them. Two models taking turns on the same cores (a draft model
+    // and its target) pause the idle one's pool, whose polling would take a core from the other.
+    void pause_threads();
     // The re-forward rollback path's host copies of a sequence's recurrent
     // state; no-ops on every other path and on attention-only trunks.
     void snapshot_recurrent(int64_t seq = 0);

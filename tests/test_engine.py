@@ -119,7 +119,7 @@ def test_a_dropped_engine_stops_its_worker(model):
         closed.submit("a", max_tokens=1)
 
 
-def test_errors_reach_the_caller_and_the_engine_goes_on(model, tmp_path):
+def test_errors_reach_the_caller_and_the_engine_goes_on(model, tmp_path, tiny_model):
     with ggspec.Engine(model) as engine:
         with pytest.raises(ValueError, match="token id 99999 .at index 2. is outside the vocabulary"):
             engine.submit([1, 2, 99999], max_tokens=2)
@@ -127,8 +127,9 @@ def test_errors_reach_the_caller_and_the_engine_goes_on(model, tmp_path):
             engine.submit(np.array([1.5, 2.0]), max_tokens=2)
         with pytest.raises(FileNotFoundError, match="draft model not found"):
             engine.submit("a", max_tokens=2, spec=SpecOptions(draft_model=str(tmp_path / "none.gguf")))
+        odd = tiny_model("llama", "f32", metadata=(("general.architecture", "bert"),))
         with pytest.raises(ValueError, match="not a drafter"):
-            engine.submit("a", max_tokens=2, spec=SpecOptions(draft_model=model.path))
+            engine.submit("a", max_tokens=2, spec=SpecOptions(draft_model=odd))
         # an error on the worker comes back through the stream, to iteration and to result
         broken = SpeculationPlan(_Broken(), SpeculationCostGovernor(enabled=False), SpecOptions())
         run = engine.submit("a b c", max_tokens=8, spec=broken, **GREEDY)

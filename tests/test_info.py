@@ -27,7 +27,7 @@ def test_json_names_the_shape_the_types_and_the_spec_types(tiny_model):
     assert out["tokenizer"]["model"] == "llama" and out["tokenizer"]["tokens"] == 320
     # 7 matrices and 2 norms per layer, token_embd and output_norm (tied: no output.weight)
     assert out["types"] == {"Q8_0": 2 * 7 + 1, "F32": 2 * 2 + 1}
-    assert out["spec_types"] == ["auto (ngram)", "ngram", "block (with --draft-model)"]
+    assert out["spec_types"] == ["auto (ngram)", "ngram", "draft (with --draft-model)", "block (with --draft-model)"]
     assert out["drafters"] == [] and out["refused"] == []
 
 

@@ -216,9 +216,9 @@ def test_shadow_proposals_teach_the_window_nothing():
     out = []
     assert spec.propose(DraftContext(history, len(history) - 1, 64), out) > 0
     spec.commit([history[-1], *out], None, len(history) - 1)  # all accepted: the window doubles
-    window = spec._window
+    window = spec.window.size
     history += out
     shadow = []
     spec.propose(DraftContext(history, len(history) - 1, 1, shadow=True), shadow)
     spec.commit([history[-1]], None, len(history) - 1)  # a plain step: not a rejection of the shadow
-    assert spec._window == window
+    assert spec.window.size == window

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import ggspec
 from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.sampling import Sampler, SamplerConfig
+from ggspec.speculators.draft_model import DraftModelSpeculator
 from ggspec.speculators.ngram import NGramSpeculator
 from tests.fixtures.scripted import GarbageSpeculator, NoisyOracleSpeculator, ScriptedSpeculator, ScriptedTarget
 from tests.fixtures.tiny_models import ARCHS, TARGET_ARCHS
@@ -100,12 +101,15 @@ def tiny_targets(tiny_model):
     targets |= {("qwen35", dtype, rollback): ggspec.load(tiny_model("qwen35", dtype), n_ctx=512, n_threads=2,
                                                          recurrent_rollback=rollback)
                 for dtype in ("f32", "q8_0") for rollback in ROLLBACKS}
+    for (arch, dtype, _), target in targets.items():
+        # a draft model: the same weights at the other type (most drafts land, not all)
+        target.attach_draft_model(tiny_model(arch, "q8_0" if dtype == "f32" else "f32"))
     return targets
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(arch=st.sampled_from(TARGET_ARCHS), rollback=st.sampled_from(ROLLBACKS), dtype=st.sampled_from(["f32", "q8_0"]),
-       kind=st.sampled_from(["garbage", "noisy-oracle", "ngram"]), window=st.integers(1, 12),
+       kind=st.sampled_from(["garbage", "noisy-oracle", "ngram", "draft"]), window=st.integers(1, 12),
        sampled=st.booleans(), top_k=st.sampled_from([0, 40]), seed=st.integers(0, 2**32 - 1), error_rate=st.floats(0.0, 0.6))
 def test_speculative_output_is_plain_output(tiny_targets, arch, rollback, dtype, kind, window, sampled, top_k, seed,
                                            error_rate):
@@ -119,6 +123,8 @@ def test_speculative_output_is_plain_output(tiny_targets, arch, rollback, dtype,
         "garbage": lambda: GarbageSpeculator(target.n_vocab, window, seed),
         "noisy-oracle": lambda: NoisyOracleSpeculator(prompt + plain, target.n_vocab, window, error_rate, seed),
         "ngram": lambda: NGramSpeculator(max_draft_tokens=window),
+        "draft": lambda: DraftModelSpeculator(target.draft_model, target.n_vocab, max_draft_tokens=window,
+                                              min_draft_prob=error_rate),
     }[kind]()
     spec, spec_probe, stats = decode(target, config, prompt, 40, speculator)
     assert spec == plain

@@ -170,7 +170,7 @@ def test_drafters_keep_a_region_per_sequence(tiny_model, tmp_path):
 # Governor off where stats are compared: its timing would decide when drafting parks.
 NGRAM = SpecOptions(spec_type="ngram", governor=False)
 HEAD = SpecOptions(spec_type="draft-head", governor=False)  # qwen35's NextN head; the others decline
-SPECS = [False, "auto", NGRAM, HEAD, "block"]  # "block": the module's drafter, set per engine below
+SPECS = [False, "auto", NGRAM, HEAD, "block", "draft"]  # the module's drafter and draft model, set per engine
 request = st.fixed_dictionaries({
     "prompt": st.lists(st.integers(3, 60), min_size=1, max_size=70),
     "max_tokens": st.integers(1, 20),
@@ -186,20 +186,23 @@ def engines(request, tiny_model, tmp_path_factory):
     path = tiny_model(request.param, "q8_0")
     layers = {"llama": (0, 1), "gemma3": (1, 3), "qwen35": (1, 3)}[request.param]
     drafter = str(write_tiny_dflash(tmp_path_factory.mktemp("slots") / "drafter.gguf", target_layers=layers))
+    draft_model = tiny_model(request.param, "f32")  # the same weights at another type
     # no reuse: a reused prefix changes what a block drafter drafts (never the output),
     # and these tests compare draft counts too (test_prefix_cache.py runs it on)
     model = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
     alone = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
     with ggspec.Engine(model, slots=N_SEQS) as engine, ggspec.Engine(alone) as solo:
-        yield engine, solo, drafter, layers
+        yield engine, solo, (drafter, draft_model), layers
 
 
 def _block(drafter: str) -> SpecOptions:
     return SpecOptions(draft_model=drafter, governor=False)
 
 
-def _spec(spec, drafter: str):
-    return _block(drafter) if spec == "block" else spec
+def _spec(spec, drafters: tuple[str, str]):
+    if spec in ("block", "draft"):
+        return SpecOptions(draft_model=drafters[spec == "draft"], governor=False)
+    return spec
 
 
 SPEC_STATS = ("spec_type", "draft_n", "draft_n_accepted", "verify_steps", "plain_steps")
@@ -212,8 +215,8 @@ def _tokens(prompt: list[int], repeat: int = 3) -> list[int]:
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(requests=st.lists(request, min_size=1, max_size=6))
 def test_each_slot_gets_its_solo_tokens(engines, requests):
-    engine, solo, drafter, _ = engines
-    options = [dict(max_tokens=r["max_tokens"], ignore_eos=True, spec=_spec(r["spec"], drafter), **r["sampling"])
+    engine, solo, drafters, _ = engines
+    options = [dict(max_tokens=r["max_tokens"], ignore_eos=True, spec=_spec(r["spec"], drafters), **r["sampling"])
                for r in requests]
     prompts = [_tokens(r["prompt"]) for r in requests]
     alone = [solo.submit(p, **o).result for p, o in zip(prompts, options)]
@@ -241,12 +244,12 @@ def test_each_slot_gets_its_solo_tokens(engines, requests):
     assert [g.tokens for g in got] == [a.tokens for a in alone]
     assert 1 <= first.stats["max_batch_slots"] <= N_SEQS
     for r, g, a in zip(requests, got, alone):  # each slot's drafter state is its own: the same drafts
-        if r["spec"] in (NGRAM, HEAD, "block"):
+        if r["spec"] in (NGRAM, HEAD, "block", "draft"):
             assert [g.stats[k] for k in SPEC_STATS] == [a.stats[k] for k in SPEC_STATS], r
 
 
 def test_one_block_drafter_serves_every_slot(engines, tmp_path):
-    engine, _, drafter, layers = engines
+    engine, _, (drafter, _), layers = engines
     other = str(write_tiny_dflash(tmp_path / "other.gguf", seed=2, target_layers=layers))
     late = []
 

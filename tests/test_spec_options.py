@@ -71,7 +71,7 @@ def test_bad_flags_are_refused(argv):
 
 
 def test_the_registry_explains_declines():
-    assert registry.names() == ["auto", "ngram", "draft-head", "block"]
+    assert registry.names() == ["auto", "ngram", "draft-head", "draft", "block"]
     assert registry.needs_drafter("draft-head") and not registry.needs_drafter("ngram")
     assert registry.resolve("auto", object()) == "ngram"
     speculator, reason = registry.create("draft-head", object(), SpeculatorOptions())
@@ -79,6 +79,8 @@ def test_the_registry_explains_declines():
     plan = plan_speculation(object(), SpecOptions(spec_type="block"))
     assert plan.speculator is None and "no block drafter" in plan.decline_reason
     assert plan.new_stats().spec_type == "none"
+    plan = plan_speculation(object(), SpecOptions(spec_type="draft"))
+    assert plan.speculator is None and "no draft model" in plan.decline_reason
     with pytest.raises(ValueError, match="unknown speculator 'medusa'"):
         SpeculatorRegistry().create("medusa", object(), None)
 
@@ -103,4 +105,5 @@ def test_bad_spec_input_fails_in_one_line(tiny_model, tmp_path):
                          "GGSPEC_SPEC_DRAFT")
     assert_clear_failure(ggspec("generate", "-m", path, "-p", "x", "--spec-draft-model", str(tmp_path / "d.gguf")),
                          "draft model not found")
-    assert_clear_failure(ggspec("generate", "-m", path, "-p", "x", "--draft-model", path), "not a drafter")
+    odd = tiny_model("llama", "f32", metadata=(("general.architecture", "bert"),))
+    assert_clear_failure(ggspec("generate", "-m", path, "-p", "x", "--draft-model", odd), "not a drafter")

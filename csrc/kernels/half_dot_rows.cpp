@@ -147,14 +147,15 @@ public:
         for (int64_t w0 = w_begin_; w0 < w_end_; w0 += block) {
             const Span rows{w0, std::min(w_end_, w0 + block)};
             for (const Tile * t = tiles_; t < tiles_ + n_tiles_; ++t) {
+                const bool fetch = t == tiles_;  // the block's first tile reads it from memory
                 if (t->rows == kTileA) {
-                    bf16() ? tile_rows<kTileA, true>(*t, rows) : tile_rows<kTileA, false>(*t, rows);
+                    bf16() ? tile_rows<kTileA, true>(*t, rows, fetch) : tile_rows<kTileA, false>(*t, rows, fetch);
                 } else if (t->rows == 4) {
-                    bf16() ? tile_rows<4, true>(*t, rows) : tile_rows<4, false>(*t, rows);
+                    bf16() ? tile_rows<4, true>(*t, rows, fetch) : tile_rows<4, false>(*t, rows, fetch);
                 } else if (t->rows == 2) {
-                    bf16() ? tile_rows<2, true>(*t, rows) : tile_rows<2, false>(*t, rows);
+                    bf16() ? tile_rows<2, true>(*t, rows, fetch) : tile_rows<2, false>(*t, rows, fetch);
                 } else {
-                    bf16() ? tile_rows<1, true>(*t, rows) : tile_rows<1, false>(*t, rows);
+                    bf16() ? tile_rows<1, true>(*t, rows, fetch) : tile_rows<1, false>(*t, rows, fetch);
                 }
             }
         }
@@ -206,19 +207,34 @@ private:
         return {lo, std::clamp(t.keys.hi, lo, rows.hi)};
     }
 
+    // fetch: request the weight stream kFetchAhead bytes ahead of the row being computed
+    // (a tile computes too slowly per byte for the hardware prefetcher to keep ahead).
     template <int TA, bool Bf16>
-    void tile_rows(const Tile & t, Span rows) const {
+    void tile_rows(const Tile & t, Span rows, bool fetch) const {
         const Span keys = computed(t, rows);
         const auto row = [&](int64_t w) {
             return (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
         };
+        const uint8_t * end = (const uint8_t *) job_.weights + w_end_ * job_.row_bytes;
+        const auto ahead = [&](int64_t w) {
+            if (!fetch) return;
+            const uint8_t * first = (const uint8_t *) row(w) + kFetchAhead;
+            const uint8_t * last = std::min(end, first + job_.row_bytes);
+            for (const uint8_t * line = first; line < last; line += 64) __builtin_prefetch(line);
+        };
         if constexpr (TA % 2 == 0) {
             if (avx512_) {
-                for (int64_t w = keys.lo; w < keys.hi; ++w) tile_pairs<TA, Bf16>(row(w), w, t.a, t.steps);
+                for (int64_t w = keys.lo; w < keys.hi; ++w) {
+                    ahead(w);
+                    tile_pairs<TA, Bf16>(row(w), w, t.a, t.steps);
+                }
                 return;
             }
         }
-        for (int64_t w = keys.lo; w < keys.hi; ++w) tile<TA, Bf16>(row(w), w, t.a, t.steps);
+        for (int64_t w = keys.lo; w < keys.hi; ++w) {
+            ahead(w);
+            tile<TA, Bf16>(row(w), w, t.a, t.steps);
+        }
     }
 
     // The chunk's rows again, pair by pair, each 8 values of row 2p beside the
@@ -237,40 +253,57 @@ private:
     }
 
     // One weight row against activation rows a..a + TA - 1, over the given steps.
+    // Each accumulator's FMAs run in ggml's order; J of the 4 accumulators at a time
+    // keep J x TA chains in flight (one chain waits on the FMA's latency).
     template <int TA, bool Bf16>
     GGSPEC_AVX2 void tile(const uint16_t * row, int64_t w, int64_t a, Span steps) const {
+        constexpr int J = TA >= 8 ? 1 : TA >= 4 ? 2 : 4;  // 16 ymm registers
         const float * y = acts_ + (a - a0_) * stride_;
         alignas(32) float acc[TA][kAccs][8];
-        for (int j = 0; j < kAccs; ++j) {  // one accumulator at a time, its FMAs in ggml's order
-            __m256 sum[TA];
-            for (int r = 0; r < TA; ++r) sum[r] = _mm256_setzero_ps();
-            for (int64_t k = steps.lo * kStep + 8 * j; k < steps.hi * kStep; k += kStep) {
-                const __m256 wv = load8<Bf16>(row + k);
-                for (int r = 0; r < TA; ++r) sum[r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(y + r * stride_ + k), sum[r]);
+        for (int j0 = 0; j0 < kAccs; j0 += J) {
+            __m256 sum[J][TA];
+            for (int j = 0; j < J; ++j) {
+                for (int r = 0; r < TA; ++r) sum[j][r] = _mm256_setzero_ps();
             }
-            for (int r = 0; r < TA; ++r) _mm256_store_ps(acc[r][j], sum[r]);
+            for (int64_t k = steps.lo * kStep + 8 * j0; k < steps.hi * kStep; k += kStep) {
+                for (int j = 0; j < J; ++j) {
+                    const __m256 wv = load8<Bf16>(row + k + 8 * j);
+                    for (int r = 0; r < TA; ++r) {
+                        sum[j][r] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(y + r * stride_ + k + 8 * j), sum[j][r]);
+                    }
+                }
+            }
+            for (int j = 0; j < J; ++j) {
+                for (int r = 0; r < TA; ++r) _mm256_store_ps(acc[r][j0 + j], sum[j][r]);
+            }
         }
         finish<TA, Bf16>(acc, row, w, a);
     }
 
-    // tile's accumulators, two activation rows per 16-lane FMA (the vnni path's CPUs).
+    // tile's accumulators, two activation rows per 16-lane FMA (the vnni path's CPUs),
+    // all 4 accumulators at once: 2 x TA chains in flight.
     template <int TA, bool Bf16>
     GGSPEC_AVX512 void tile_pairs(const uint16_t * row, int64_t w, int64_t a, Span steps) const {
         const float * y = pairs_ + (a - a0_) * stride_;  // a - a0_ is even
         alignas(64) float acc[TA][kAccs][8];
+        __m512 sum[kAccs][TA / 2];
         for (int j = 0; j < kAccs; ++j) {
-            __m512 sum[TA / 2];
-            for (int p = 0; p < TA / 2; ++p) sum[p] = _mm512_setzero_ps();
-            for (int64_t k = steps.lo * kStep + 8 * j; k < steps.hi * kStep; k += kStep) {
-                const __m256 w8 = load8<Bf16>(row + k);
+            for (int p = 0; p < TA / 2; ++p) sum[j][p] = _mm512_setzero_ps();
+        }
+        for (int64_t k = steps.lo * kStep; k < steps.hi * kStep; k += kStep) {
+            for (int j = 0; j < kAccs; ++j) {
+                const __m256 w8 = load8<Bf16>(row + k + 8 * j);
                 const __m512 wv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(w8)));
                 for (int p = 0; p < TA / 2; ++p) {
-                    sum[p] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(y + p * 2 * stride_ + 2 * k), sum[p]);
+                    sum[j][p] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(y + p * 2 * stride_ + 2 * (k + 8 * j)), sum[j][p]);
                 }
             }
+        }
+        for (int j = 0; j < kAccs; ++j) {
             for (int p = 0; p < TA / 2; ++p) {
-                _mm256_store_ps(acc[2 * p][j], _mm512_castps512_ps256(sum[p]));
-                _mm256_store_ps(acc[2 * p + 1][j], _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum[p]), 1)));
+                _mm256_store_ps(acc[2 * p][j], _mm512_castps512_ps256(sum[j][p]));
+                _mm256_store_ps(acc[2 * p + 1][j],
+                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum[j][p]), 1)));
             }
         }
         finish<TA, Bf16>(acc, row, w, a);

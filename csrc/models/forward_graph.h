@@ -3,6 +3,7 @@
 // before each replay of a persistent graph.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "ggml.h"
@@ -76,6 +77,7 @@ struct Architecture {
 };
 
 const Architecture * find_architecture(const std::string & name);
-std::string supported_architectures();
+std::vector<std::string> architecture_names();  // general.architecture values ggspec runs
+std::string supported_architectures();          // the same, comma-separated
 
 }  // namespace ggspec

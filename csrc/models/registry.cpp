@@ -19,9 +19,15 @@ const Architecture * find_architecture(const std::string & name) {
     return nullptr;
 }
 
+std::vector<std::string> architecture_names() {
+    std::vector<std::string> names;
+    for (const Architecture * a : kArchitectures) names.emplace_back(a->name);
+    return names;
+}
+
 std::string supported_architectures() {
     std::string s;
-    for (const Architecture * a : kArchitectures) s += (s.empty() ? "" : ", ") + std::string(a->name);
+    for (const std::string & name : architecture_names()) s += (s.empty() ? "" : ", ") + name;
     return s;
 }
 

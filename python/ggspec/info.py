@@ -63,8 +63,8 @@ def model_info(path: str | os.PathLike) -> dict[str, Any]:
         speculator, reason = registry.create(name, target, SpeculatorOptions())
         if speculator is not None:
             info["spec_types"].append(name)
-        elif name == "block":
-            info["spec_types"].append("block (with --draft-model)")
+        elif name in ("draft", "block"):  # with a drafter file
+            info["spec_types"].append(f"{name} (with --draft-model)")
     info["spec_types"].insert(0, f"auto ({registry.resolve('auto', target)})")
     return info
 

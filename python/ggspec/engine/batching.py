@@ -24,7 +24,7 @@ import numpy as np
 from ggspec.engine.batch_costs import BatchRowCosts
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
 from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
-from ggspec.engine.planner import SpeculationPlan, drafter_attached, plan_speculation
+from ggspec.engine.planner import SpeculationPlan, check_draft_model, drafter_attached, plan_speculation
 from ggspec.engine.prefix_cache import prefix_cache_of
 from ggspec.engine.request_run import RequestRun, new_execution
 from ggspec.engine.stream import Request
@@ -141,14 +141,17 @@ class BatchScheduler:
         return run, key
 
     def _speculation_plan(self, view: SequenceView, options: SpecOptions) -> SpeculationPlan:
-        """plan_speculation on the slot's sequence; one block drafter serves every slot, so a
-        request for another one waits for no slot to be drafting with the attached one."""
+        """plan_speculation on the slot's sequence; one drafter of each kind serves every
+        slot, so a request for another one waits for no slot to be drafting with the
+        attached one."""
         if options.draft_model and not drafter_attached(self.target, options):
+            kind = check_draft_model(options.draft_model)
             users = [slot.seq for slot in self.order
-                     if slot.execution.speculator is not None and slot.execution.speculator.name == "block"]
+                     if slot.execution.speculator is not None and slot.execution.speculator.name == kind]
             if users:
-                reason = (f"block: slot {users[0]} drafts with the attached drafter "
-                          f"{self.target.block_drafter.path}; one drafter serves every slot")
+                attached = self.target.draft_model if kind == "draft" else self.target.block_drafter
+                reason = (f"{kind}: slot {users[0]} drafts with the attached drafter {attached.path}; "
+                          f"one drafter serves every slot")
                 return SpeculationPlan(None, SpeculationCostGovernor(enabled=options.governor), options,
                                        reason if options.enabled else None)
         return plan_speculation(view, options)
@@ -202,6 +205,8 @@ class BatchScheduler:
             emitted = [execution.finish_prefill(chunk, out, start)]
         slot.history.extend(emitted)
         slot.produced += len(emitted)
+        if not isinstance(part, StepPlan) and run.request.max_tokens > 1:
+            execution.begin(slot.history)  # before the first token is out, as one slot does
         run.take(emitted)
         if run.stop is not None:
             self._end(slot, run.stop)

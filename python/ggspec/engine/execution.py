@@ -76,6 +76,8 @@ class SpeculativeExecution:
         positions the target's KV already holds."""
         history = list(prompt)
         history.append(self.prefill(prompt[reused:], position=reused))
+        if max_tokens > 1:
+            self.begin(history)
         yield history[-1:]
         produced = 1
         # the pending token (the last one) needs a KV slot before it can be forwarded
@@ -125,6 +127,15 @@ class SpeculativeExecution:
             with self.stats.phase("prefix_cache"):
                 self.prefix.commit(tokens, position, checkpoint=True)
         self._hidden = None if hidden is None else hidden[-1:]
+
+    def begin(self, history: Sequence[int]) -> None:
+        """After the prompt's forward (history ends with its first token, pending), before
+        that token is out: the speculator may build its own context of the prompt
+        (Speculator.begin), in the prompt's time, as llama.cpp's draft model processes
+        the prompt with the target."""
+        if self.speculator is not None:
+            with self.stats.phase("draft"):
+                self.speculator.begin(history)
 
     def step(self, history: Sequence[int], budget: int) -> list[int]:
         """history ends with the pending token; emits between 1 and `budget` tokens."""

@@ -4,6 +4,7 @@ goes on plain and the stats say why."""
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import weakref
@@ -12,11 +13,17 @@ from dataclasses import dataclass
 from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.stats import SpecStats
 from ggspec.engine.step_costs import StepCosts, measure_step_costs
+from ggspec.errors import ModelFormatError
+from ggspec.native.target import architectures
 from ggspec.speculators.base import Speculator
 from ggspec.speculators.options import SpecOptions
 from ggspec.speculators.registry import registry
+from ggspec.text.gguf_meta import read_metadata
+from ggspec.text.vocab import load_vocab
+from ggspec.text.vocab_match import vocabulary_mismatch
 
-#: general.architecture values of drafter GGUFs that ggspec can attach.
+#: general.architecture values of block drafter GGUFs that ggspec can attach; a file of
+#: an architecture ggspec runs as a target (ggspec._architectures()) is a draft model.
 SUPPORTED_DRAFTERS: tuple[str, ...] = ("dflash",)
 
 
@@ -37,24 +44,51 @@ class SpeculationPlan:
 
 
 def check_draft_model(path: str) -> str:
-    """The drafter file's general.architecture; a clear error when it cannot be attached."""
-    from ggspec.text.gguf_meta import read_metadata
-
+    """The speculator a drafter file serves: "block" (a DFlash drafter) or "draft" (a
+    language model ggspec runs); a clear error when it is neither."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"draft model not found: {path}")
+    stat = os.stat(path)
+    return _drafter_kind(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _drafter_kind(path: str, size: int, mtime_ns: int) -> str:
+    # every request that names a drafter asks; reading a vocabulary's metadata takes 0.1 s
     arch = read_metadata(path).get("general.architecture")
-    if arch not in SUPPORTED_DRAFTERS:
-        supported = ", ".join(SUPPORTED_DRAFTERS) or "none yet"
-        raise ValueError(f"draft model {path}: general.architecture {arch!r} is not a drafter ggspec can attach "
-                         f"(supported: {supported})")
-    return arch
+    if arch in SUPPORTED_DRAFTERS:
+        return "block"
+    if arch in architectures():
+        return "draft"
+    raise ValueError(f"draft model {path}: general.architecture {arch!r} is not a drafter ggspec can attach "
+                     f"(block drafters: {', '.join(SUPPORTED_DRAFTERS)}; draft models: "
+                     f"{', '.join(architectures())})")
 
 
 def drafter_attached(target, options: SpecOptions) -> bool:
-    """Whether the target's block drafter is options.draft_model with its switches."""
+    """Whether the target's drafter of options.draft_model's kind is that file, attached
+    with these options."""
+    if check_draft_model(options.draft_model) == "draft":
+        attached = target.draft_model
+        return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
+                and attached.n_threads == (options.draft_threads or target.n_threads))
     attached = target.block_drafter
     return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
             and attached.switches == options.drafter_switches())
+
+
+def attach_drafter(target, options: SpecOptions) -> None:
+    """Attaches options.draft_model as what its file is. A draft model must have the
+    target's vocabulary (text/vocab_match.py): else a ModelFormatError says where they differ."""
+    if check_draft_model(options.draft_model) == "block":
+        target.attach_drafter(options.draft_model, **options.drafter_switches())
+        return
+    base = getattr(target, "target", target)  # a SequenceView's Target
+    problem = vocabulary_mismatch(load_vocab(base.path), load_vocab(options.draft_model))
+    if problem is not None:
+        raise ModelFormatError(f"draft model {options.draft_model} cannot draft for {base.path}: its vocabulary "
+                               f"is not the target's ({problem})")
+    target.attach_draft_model(options.draft_model, n_threads=options.draft_threads)
 
 
 def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
@@ -68,13 +102,15 @@ def plan_speculation(target, options: SpecOptions) -> SpeculationPlan:
 
 def _plan(target, options: SpecOptions) -> SpeculationPlan:
     governor = SpeculationCostGovernor(enabled=options.governor)
+    spec_type = options.spec_type
     if options.draft_model:
-        check_draft_model(options.draft_model)
         if not drafter_attached(target, options):
-            target.attach_drafter(options.draft_model, **options.drafter_switches())
+            attach_drafter(target, options)
+        if spec_type == "auto":  # the file's architecture decides
+            spec_type = check_draft_model(options.draft_model)
     if not options.enabled:
         return SpeculationPlan(None, governor, options)
-    speculator, reason = registry.create(options.spec_type, target, options.speculator_options())
+    speculator, reason = registry.create(spec_type, target, options.speculator_options())
     if speculator is not None and options.governor:
         governor = SpeculationCostGovernor(costs=step_costs_of(target, speculator, options))
     return SpeculationPlan(speculator, governor, options, reason)
@@ -85,7 +121,8 @@ def step_costs_of(target, speculator: Speculator, options: SpecOptions) -> StepC
     time they are asked for (on the sequence being planned for), then kept for the target."""
     base = getattr(target, "target", target)  # a SequenceView's Target
     known = _MEASURED.setdefault(base, {})
-    key = (speculator.name, speculator.max_draft_tokens, options.draft_model, tuple(options.drafter_switches().items()))
+    key = (speculator.name, speculator.max_draft_tokens, options.draft_model, options.draft_threads,
+           tuple(options.drafter_switches().items()))
     if key not in known:
         known[key] = measure_step_costs(target, speculator)
     return known[key]
@@ -94,4 +131,5 @@ def step_costs_of(target, speculator: Speculator, options: SpecOptions) -> StepC
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Target -> {key: StepCosts}
 
 
-__all__ = ["SpeculationPlan", "plan_speculation", "drafter_attached", "check_draft_model", "SUPPORTED_DRAFTERS"]
+__all__ = ["SpeculationPlan", "plan_speculation", "drafter_attached", "attach_drafter", "check_draft_model",
+           "SUPPORTED_DRAFTERS"]

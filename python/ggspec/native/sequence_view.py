@@ -13,6 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from ggspec.native.block_drafter import BlockDrafter
+from ggspec.native.draft_model import DraftSequence
 from ggspec.native.nextn_head import NextnHead
 from ggspec.native.target import ForwardResult, Tap, Target
 
@@ -26,6 +27,7 @@ class SequenceView:
 
     n_vocab = property(lambda self: self.target.n_vocab)
     n_embd = property(lambda self: self.target.n_embd)
+    n_threads = property(lambda self: self.target.n_threads)
     max_context_length = property(lambda self: self.target.max_context_length)
     max_verify_rows = property(lambda self: self.target.max_verify_rows)
     max_batch_rows = property(lambda self: self.target.max_batch_rows)
@@ -47,6 +49,17 @@ class SequenceView:
         """The attached block drafter on this sequence, or None."""
         drafter = self.target.block_drafter
         return None if drafter is None else drafter.for_sequence(self.seq)
+
+    @property
+    def draft_model(self) -> DraftSequence | None:
+        """The attached draft model's sequence of the same number, or None."""
+        model = self.target.draft_model
+        return None if model is None else model.for_sequence(self.seq)
+
+    def attach_draft_model(self, path, **options) -> DraftSequence:
+        """Attaches a draft model to the whole target (see Target.attach_draft_model); returns
+        it on this sequence."""
+        return self.target.attach_draft_model(path, **options).for_sequence(self.seq)
 
     def attach_drafter(self, path, **switches) -> BlockDrafter:
         """Attaches a block drafter to the whole target (every sequence's drafter

@@ -17,6 +17,7 @@ import numpy as np
 import ggspec._core as _core
 from ggspec.errors import ContextOverflowError, ModelFormatError
 from ggspec.native.block_drafter import BlockDrafter
+from ggspec.native.draft_model import DraftModel, DraftSequence
 from ggspec.native.nextn_head import NextnHead
 
 Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after the final norm)
@@ -116,6 +117,7 @@ class Target:
         self._lock = threading.RLock()
         self._nextn_head = None
         self._block_drafter = None
+        self._draft_model = None
         # per sequence, a value that changes whenever its cache does (sequence_stamp)
         self._stamps: list[int] = [0]
         self._clock = 0
@@ -143,6 +145,31 @@ class Target:
     def block_drafter(self) -> BlockDrafter | None:
         """The block drafter attached with attach_drafter, or None."""
         return self._block_drafter
+
+    @property
+    def draft_model(self) -> DraftSequence | None:
+        """The draft language model attached with attach_draft_model, on sequence 0, or None."""
+        return None if self._draft_model is None else DraftSequence(self._draft_model)
+
+    def attach_draft_model(self, path: str | os.PathLike, *, n_threads: int | None = None) -> DraftSequence:
+        """Loads a smaller language model of the same vocabulary (its own GGUF) to draft for
+        this target: its context is this target's, a sequence of it per sequence of this,
+        with n_threads threads (default: this target's), which take turns with this
+        target's on the same cores. Replaces the one attached before. Raises
+        ModelFormatError for a file ggspec cannot run; the vocabulary is the caller's to
+        check (ggspec.text.vocab_match)."""
+        path = os.fspath(path)
+        draft = load(path, n_ctx=self.max_context_length, n_threads=self.n_threads if n_threads is None else n_threads,
+                     max_verify_rows=self.max_verify_rows)
+        with self._lock:
+            self._draft_model = DraftModel(draft, self, path)
+        return DraftSequence(self._draft_model)
+
+    def pause_threads(self) -> None:
+        """Puts this target's CPU threads to sleep until its next forward (instead of their
+        polling for it): another model is about to compute on the same cores."""
+        with self._lock:
+            self._core.pause_threads()
 
     @property
     def drafter(self) -> BlockDrafter | NextnHead | None:
@@ -214,8 +241,10 @@ class Target:
 
     @property
     def graph_builds(self) -> int:
-        """Forward graphs built so far; steady-state decoding replays them and builds none."""
-        return self._core.graph_builds
+        """Forward graphs built so far (an attached draft model's too); steady-state decoding
+        replays them and builds none."""
+        draft = self._draft_model
+        return self._core.graph_builds + (0 if draft is None else draft.target.graph_builds)
 
     # --- forward -------------------------------------------------------------
     def spec_forward(
@@ -276,6 +305,8 @@ class Target:
             finally:
                 self._stamps = [0] * self._core.n_seqs
                 self._touch(*range(self._core.n_seqs))
+            if self._draft_model is not None:
+                self._draft_model.set_sequences(self._core.n_seqs)
 
     @property
     def max_batch_rows(self) -> int:
@@ -386,6 +417,11 @@ class Target:
                 f"n_vocab={self.n_vocab}, n_ctx={self.max_context_length}, device={self.device})")
 
 
+def architectures() -> list[str]:
+    """The general.architecture values ggspec runs, as a target or as a draft model."""
+    return list(_core.architectures())
+
+
 def _row_kernels(choice: bool | str) -> str:
     if isinstance(choice, bool):
         return "auto" if choice else "off"
@@ -449,5 +485,5 @@ def load(
     return Target(core, path)
 
 
-__all__ = ["Target", "BatchItem", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
+__all__ = ["Target", "BatchItem", "architectures", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
            "token_array", "usable_cpus"]

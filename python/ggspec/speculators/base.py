@@ -90,6 +90,12 @@ class Speculator(ABC):
         one-hot at the proposed token)."""
         return None
 
+    def begin(self, history: Sequence[int]) -> None:
+        """The prompt is in the target's KV, and history (the runtime's live list) ends
+        with its first sampled token, the pending one. A drafter with a context of its
+        own (a draft model) builds it here, in the prompt's time, instead of in the first
+        drafting step, which the governor judges."""
+
     def commit(self, tokens: Sequence[int], hidden_rows: np.ndarray | None, start_pos: int) -> None:
         """What landed in the target: `tokens` at positions start_pos.., with their
         exact hidden rows when needs_hidden_state."""

@@ -12,8 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ggspec.speculators.base import DraftContext, Speculator
-
-_WINDOW_START = 4
+from ggspec.speculators.window import AdaptiveWindow
 
 
 class NGramSpeculator(Speculator):
@@ -36,9 +35,7 @@ class NGramSpeculator(Speculator):
     repeats its period to fill the window (small greedy models loop often).
 
     window: a fixed draft length (the operator capped it). None adapts it to what
-    the target accepts: starting at 4, doubling (up to max_draft_tokens) after a
-    fully accepted draft that filled the window, and dropping to accepted + 1
-    after a partly rejected one.
+    the target accepts (speculators/window.py), up to max_draft_tokens.
     """
 
     name = "ngram"
@@ -52,20 +49,16 @@ class NGramSpeculator(Speculator):
         super().__init__(max_draft_tokens, min_draft_prob)
         if not 1 <= min_order <= max_order:
             raise ValueError(f"need 1 <= min_order <= max_order, got {min_order}, {max_order}")
-        if window is not None and window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
         self.min_order = min_order
         self.max_order = max_order
-        self.window = window
+        self.window = AdaptiveWindow(self.max_draft_tokens, window)
         scaled = min_order + round(self.min_draft_prob * (max_order - min_order))
         self.required_order = min(max(scaled, min_order), max_order)
         self.reset()
 
     def reset(self) -> None:
         self._forget_index()
-        self._window = self.window or min(_WINDOW_START, self.max_draft_tokens)
-        self._proposed: list[int] = []
-        self._proposed_at = -1
+        self.window.reset()
         # Metrics for tests and stats, about the last propose only; nothing reads them back.
         self.index_probes = 0
         self.index_insertions = 0
@@ -79,15 +72,12 @@ class NGramSpeculator(Speculator):
     def propose(self, ctx: DraftContext, out: list[int]) -> int:
         history = ctx.history
         self.index_probes = self.index_insertions = 0
-        if not ctx.shadow:  # a shadow proposal is never verified: nothing to learn from its commit
-            self._proposed = []
-            self._proposed_at = ctx.position
         if len(history) - 1 < self._indexed:  # not the sequence we indexed: a new one
             self._forget_index()
         self._index_new_tokens(history)
 
         end = len(history)
-        limit = min(self._window, ctx.max_draft, self.max_draft_tokens)
+        limit = min(self.window.size, ctx.max_draft, self.max_draft_tokens)
         suffix = _ints(history[max(0, end - self.max_order):end])
         for n in range(min(self.max_order, end), self.required_order - 1, -1):
             self.index_probes += 1
@@ -97,8 +87,8 @@ class NGramSpeculator(Speculator):
                 break
         else:
             drafts = []
-        if not ctx.shadow:
-            self._proposed = drafts
+        if not ctx.shadow:  # a shadow proposal is never verified: nothing to learn from its commit
+            self.window.proposed(drafts, ctx.position)
         out.extend(drafts)
         return len(drafts)
 
@@ -113,20 +103,7 @@ class NGramSpeculator(Speculator):
         self._indexed = max(self._indexed, stop)
 
     def commit(self, tokens: Sequence[int], hidden_rows: np.ndarray | None, start_pos: int) -> None:
-        # tokens = [the token the verify started from, accepted drafts...]; any other
-        # commit (prefill, a plain step) says nothing about the last proposal.
-        if self.window is not None or not self._proposed or start_pos != self._proposed_at:
-            return
-        accepted = 0
-        for proposed, kept in zip(self._proposed, tokens[1:]):
-            if int(kept) != proposed:
-                break
-            accepted += 1
-        if accepted < len(self._proposed):
-            self._window = accepted + 1
-        elif accepted == self._window:  # a shorter draft never tested the window's edge
-            self._window = min(2 * self._window, self.max_draft_tokens)
-        self._proposed = []
+        self.window.landed(tokens, start_pos)
 
 
 def _continuation(history: Sequence[int], start: int, end: int, limit: int) -> list[int]:

@@ -26,6 +26,7 @@ class SpecOptions:
     draft_model: str | None = None  # a drafter GGUF; its general.architecture says what it is
     governor: bool = True
     accept: str = "match"
+    draft_threads: int | None = None  # a draft model's threads; None = the target's
     # comparison switches (GGSPEC_MTP_FOLD_CATCHUP, GGSPEC_DFLASH_*): the head's catch-up
     # folded into its first step; DFlash2's conv and selector; the drafter's one-graph passes
     mtp_fold_catch_up: bool = True
@@ -53,6 +54,9 @@ class SpecOptions:
             raise ValueError(f"spec draft window must be in 1..{MAX_DRAFT}, got {self.draft}")
         if self.pmin is not None and not 0.0 <= self.pmin <= 1.0:
             raise ValueError(f"spec pmin must be in [0, 1], got {self.pmin}")
+        if self.draft_threads is not None and (isinstance(self.draft_threads, bool) or
+                                               not isinstance(self.draft_threads, int) or self.draft_threads < 1):
+            raise ValueError(f"draft threads must be a positive integer, got {self.draft_threads!r}")
 
 
 def _check(what: str, value: str, allowed) -> None:
@@ -73,6 +77,13 @@ def _draft(text: str) -> int:
     value = int(text)
     if not 1 <= value <= MAX_DRAFT:
         raise ValueError(f"must be in 1..{MAX_DRAFT}, got {value}")
+    return value
+
+
+def _threads(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"must be at least 1, got {value}")
     return value
 
 
@@ -99,6 +110,7 @@ _ENV: dict[str, tuple[Callable[[str], object], tuple[str, ...]]] = {
     "draft": (_draft, ("GGSPEC_SPEC_DRAFT", "GGSPEC_MTP_DRAFT")),
     "pmin": (_pmin, ("GGSPEC_SPEC_PMIN", "GGSPEC_MTP_PMIN")),
     "draft_model": (str, ("GGSPEC_SPEC_DRAFT_MODEL", "GGSPEC_MTP_DRAFT_MODEL")),
+    "draft_threads": (_threads, ("GGSPEC_SPEC_DRAFT_THREADS",)),
     "governor": (_boolean, ("GGSPEC_SPEC_GOVERNOR",)),
     "accept": (_choice(ACCEPT_MODES), ("GGSPEC_SPEC_ACCEPT",)),
     "mtp_fold_catch_up": (_boolean, ("GGSPEC_MTP_FOLD_CATCHUP",)),
@@ -130,9 +142,15 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
                    help=f"cap the draft window, 1..{MAX_DRAFT} (default: per algorithm; GGSPEC_SPEC_DRAFT)")
     g.add_argument("--spec-pmin", "--mtp-pmin", dest="spec_pmin", type=_argparse_type(_pmin), metavar="F",
                    help="confidence gate: 0 for n-gram (scales the match length), 0.75 for a draft head, "
-                        "0.35 for a block drafter (GGSPEC_SPEC_PMIN)")
+                        "0.5 for a draft model, 0.35 for a block drafter (GGSPEC_SPEC_PMIN)")
     g.add_argument("--spec-draft-model", "--draft-model", "--mtp-draft-model", dest="spec_draft_model",
-                   metavar="PATH", help="a drafter GGUF (GGSPEC_SPEC_DRAFT_MODEL)")
+                   metavar="PATH", help="a drafter GGUF: a smaller language model of the same vocabulary "
+                                        "(--spec-type draft), or a DFlash drafter (block); the file's "
+                                        "architecture decides (GGSPEC_SPEC_DRAFT_MODEL)")
+    g.add_argument("--threads-draft", "-td", "--spec-draft-threads", dest="spec_draft_threads",
+                   type=_argparse_type(_threads), metavar="N",
+                   help="a draft model's threads (default: the target's; the two take turns on the same "
+                        "cores; GGSPEC_SPEC_DRAFT_THREADS)")
     g.add_argument("--spec-governor", dest="spec_governor", type=_argparse_type(_boolean), metavar="on|off",
                    help="park drafting while it loses (default on; GGSPEC_SPEC_GOVERNOR)")
     g.add_argument("--spec-accept", dest="spec_accept", type=_argparse_type(_choice(ACCEPT_MODES)),
@@ -140,7 +158,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 _FLAG_FIELDS = {"enabled": "spec_enabled", "spec_type": "spec_type", "draft": "spec_draft", "pmin": "spec_pmin",
-                "draft_model": "spec_draft_model", "governor": "spec_governor", "accept": "spec_accept"}
+                "draft_model": "spec_draft_model", "draft_threads": "spec_draft_threads", "governor": "spec_governor", "accept": "spec_accept"}
 
 
 def spec_options_from(args: argparse.Namespace | None = None,

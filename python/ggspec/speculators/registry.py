@@ -90,6 +90,14 @@ def _draft_head(target: Any, options: SpeculatorOptions) -> Speculator:
                                min_draft_prob=options.min_draft_prob, fold_catch_up=options.fold_catch_up)
 
 
+def _draft_model(target: Any, options: SpeculatorOptions) -> Speculator:
+    from ggspec.speculators.draft_model import DraftModelSpeculator
+
+    # --spec-draft caps the adaptive window rather than fixing it
+    return DraftModelSpeculator(target.draft_model, target.n_vocab, max_draft_tokens=options.max_draft_tokens or 16,
+                                min_draft_prob=options.min_draft_prob)
+
+
 def _block(target: Any, options: SpeculatorOptions) -> Speculator:
     from ggspec.speculators.block import BlockDraftSpeculator
 
@@ -100,6 +108,9 @@ registry = SpeculatorRegistry()
 registry.register("ngram", _ngram)
 registry.register("draft-head", _draft_head, drafter=lambda target: getattr(target, "nextn_head", None) is not None,
                   decline_reason="no draft head: the model carries no MTP/NextN head", auto_first=True)
+registry.register("draft", _draft_model, drafter=lambda target: getattr(target, "draft_model", None) is not None,
+                  decline_reason="no draft model: none was attached (--draft-model a language model's GGUF)",
+                  auto_first=True)
 registry.register("block", _block, drafter=lambda target: getattr(target, "block_drafter", None) is not None,
                   decline_reason="no block drafter: none was attached (--draft-model a DFlash GGUF)",
                   auto_first=True)
