@@ -306,3 +306,47 @@ def test_draft_tokens_are_llama_cpps(tiny_model, arch):
             break
     print(f"draft tokens compared with llama.cpp: {compared}")
     assert compared >= 24, compared
+
+
+# --- rejection mode: drafts drawn from q, q reported ------------------------------------
+
+def test_rejection_mode_draws_from_q_and_follows_the_target_distribution(tiny_model):
+    """Chi-square over many one-draft steps: the first emitted token follows the target's
+    row; the acceptance rate is sum(min(p, q)) for q the chain over the draft's row
+    (the whole vocabulary at temperature 4: two random models' rows overlap there, by
+    about half, where drafting the draft's argmax would land about 3%)."""
+    import dataclasses
+
+    import numpy as np
+
+    from ggspec.engine.execution import SpeculativeExecution
+    from ggspec.engine.sampling import DraftSampler, Sampler, SamplerConfig
+
+    target = ggspec.load(tiny_model("llama", "f32"), n_ctx=64, n_threads=2)
+    other = tiny_model("llama", "f32", seed=3)  # other weights: q is not p
+    prompt, config = [5, 17, 42, 99, 7], SamplerConfig(temperature=4.0, top_k=0, top_p=1.0, min_p=0.0)
+    sampler = Sampler(config, target.n_vocab)
+    ids, weights = sampler.distribution(target.spec_forward(prompt + [11]).logits[0], None)
+    p = dict(zip(ids.tolist(), (weights / weights.sum()).tolist()))
+    reference = ggspec.load(other, n_ctx=64, n_threads=2).spec_forward(prompt + [11])
+    q_ids, q_probs = DraftSampler(sampler, target.n_vocab).distribution(reference.logits[0], None)
+    expected_acceptance = sum(min(p[t], qt) for t, qt in zip(q_ids.tolist(), q_probs.tolist()))
+    assert 0.3 < expected_acceptance < 0.7
+    speculator = DraftModelSpeculator(target.attach_draft_model(other), target.n_vocab, max_draft_tokens=1,
+                                      min_draft_prob=0.0, window=1)
+    trials, first, accepted = 3000, [], 0
+    target.reset()
+    target.spec_forward(prompt)
+    for t in range(trials):
+        execution = SpeculativeExecution(target, Sampler(dataclasses.replace(config, seed=t), target.n_vocab),
+                                         speculator, accept="rejection")
+        first.append(execution.step(prompt + [11], budget=2)[0])
+        accepted += execution.stats.draft_n_accepted
+        assert execution.stats.draft_n == 1
+        target.rewind(len(prompt))
+    top = list(ids[:5].tolist())  # the target's five likeliest tokens, and the rest as one bin
+    observed = np.array([first.count(t) for t in top] + [sum(t not in top for t in first)])
+    want = trials * np.array([p[t] for t in top] + [1.0 - sum(p[t] for t in top)])
+    chi2 = float((((observed - want) ** 2) / want).sum())
+    assert chi2 < 20.5, (chi2, observed, want)  # df = 5: p-value 0.001
+    assert abs(accepted / trials - expected_acceptance) < 0.04, (accepted / trials, expected_acceptance)

@@ -15,7 +15,7 @@ from ggspec.engine.acceptance import accept_match, accept_rejection
 from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.logprobs import TokenLogprob, token_logprob
 from ggspec.engine.prefix_cache import SequencePrefix
-from ggspec.engine.sampling import Sampler
+from ggspec.engine.sampling import DraftSampler, Sampler
 from ggspec.speculators.base import DraftContext, Speculator
 from ggspec.engine.stats import SpecStats
 
@@ -69,6 +69,8 @@ class SpeculativeExecution:
         self._top_k = 0 if logprobs is not None else sampler.forward_top_k
         self._taps = tuple(speculator.hidden_layers) if speculator and speculator.needs_hidden_state else ()
         self._hidden = None  # the hidden row the last commit ended on
+        # rejection mode: drafters draw from the request's chain over their rows (q)
+        self._draft_sampler = DraftSampler(sampler, target.n_vocab) if accept == "rejection" else None
 
     def generate(self, prompt: Sequence[int], max_tokens: int, reused: int = 0) -> Iterator[list[int]]:
         """Yields each step's emitted tokens, the first from the prompt's own forward,
@@ -225,7 +227,7 @@ class SpeculativeExecution:
             room = min(room, self.governor.draft_limit)
         drafts: list[int] = []
         ctx = DraftContext(history, position, min(room, spec.max_draft_tokens) if drafting else 1, self._hidden,
-                           shadow=not drafting)
+                           shadow=not drafting, sampler=self._draft_sampler)
         with self.stats.phase("draft"):
             n = spec.propose(ctx, drafts)
         drafts = drafts[:max(0, min(n, room))]

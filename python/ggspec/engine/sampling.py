@@ -111,6 +111,43 @@ class Sampler:
         return ids[candidates], np.exp((logits[candidates] - top) / c.temperature)
 
 
+# Rejection mode: a drafter's draws come from a stream of their own, apart from the
+# draw that picks the target's token and from the accept/reject coins (acceptance.py).
+_DRAFT_STREAM = 2 << 32
+
+
+class DraftSampler:
+    """The request's chain applied to a drafter's rows, for rejection mode: q, and a draw
+    from q at an output position. Only ids below n_vocab (what the target can verify)
+    are drawn; q is renormalized over them, so that it is the distribution the draft
+    really came from."""
+
+    def __init__(self, sampler: Sampler, n_vocab: int):
+        self.sampler = sampler
+        self.n_vocab = n_vocab
+
+    @property
+    def forward_top_k(self) -> int:
+        return self.sampler.forward_top_k
+
+    def distribution(self, values: np.ndarray, ids: np.ndarray | None) -> tuple[np.ndarray, np.ndarray] | None:
+        """q over one drafter row (its top-k logits and ids, or full logits): (ids, probabilities),
+        or None when the chain keeps no id the target has."""
+        q_ids, weights = self.sampler.distribution(values, ids)
+        keep = q_ids < self.n_vocab
+        if not keep.any():
+            return None
+        q_ids, weights = q_ids[keep], weights[keep]
+        return q_ids, weights / weights.sum()
+
+    def draw(self, q: tuple[np.ndarray, np.ndarray], position: int) -> int:
+        """A draft for output position `position`, drawn from q."""
+        q_ids, probs = q
+        if len(q_ids) == 1:
+            return int(q_ids[0])
+        return draw(q_ids, probs, uniform(self.sampler.config.seed + _DRAFT_STREAM, position))
+
+
 def draw(ids: np.ndarray, weights: np.ndarray, u: float) -> int:
     """Inverse-CDF draw of one id, given a uniform u in [0, 1)."""
     cumulative = np.cumsum(weights)
@@ -124,4 +161,4 @@ def _best_first(logits: np.ndarray, ids: np.ndarray, subset: np.ndarray) -> np.n
     return subset[np.lexsort((ids[subset], -logits[subset]))]
 
 
-__all__ = ["Sampler", "SamplerConfig", "uniform", "random_seed", "draw"]
+__all__ = ["Sampler", "SamplerConfig", "DraftSampler", "uniform", "random_seed", "draw"]

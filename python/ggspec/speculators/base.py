@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -40,6 +40,11 @@ class DraftContext:
     shadow: the drafts will not be verified (the governor parked drafting and
         only checks whether they would have landed): propose, but learn nothing
         from this proposal.
+    sampler: in rejection mode, the request's chain for drafter rows
+        (engine.sampling.DraftSampler: distribution(values, ids) is q, draw(q,
+        position) a draft from it); a drafter with a distribution draws its drafts
+        from q and reports q (draft_probabilities). None in match mode: draft the
+        most likely token.
     """
 
     history: Sequence[int]
@@ -47,6 +52,7 @@ class DraftContext:
     max_draft: int
     hidden: np.ndarray | None = None
     shadow: bool = False
+    sampler: Any = None
 
 
 class Speculator(ABC):

@@ -16,6 +16,12 @@ sampler), as for the NextN head. Stopping at a doubtful token saves both the
 draft's forward and the verify row it would cost. The window adapts to what the
 target accepts (speculators/window.py), up to max_draft_tokens (16).
 
+In rejection mode (--spec-accept rejection) each draft is drawn from q, the
+request's own sampler chain applied to the draft's row (ctx.sampler), and q is
+what draft_probabilities reports: a target row then accepts a draft with
+probability min(1, p/q), more often than match mode's p(d) where the two models
+agree, and the output still follows the target's distribution exactly.
+
 Ids are checked where they cross between two vocabularies that differ in size
 (text/vocab_match.py): a draft the target lacks ends the draft, and a history
 token the draft lacks ends drafting for the sequence.
@@ -24,6 +30,8 @@ token the draft lacks ends drafting for the sequence.
 from __future__ import annotations
 
 from typing import Sequence
+
+import numpy as np
 
 from ggspec.speculators.base import TOP_K, DraftContext, Speculator, top1_probability
 from ggspec.speculators.window import AdaptiveWindow
@@ -45,6 +53,7 @@ class DraftModelSpeculator(Speculator):
         self.reset()
 
     def reset(self) -> None:
+        self._q: list = []     # rejection mode: the last proposal's q per draft
         self._synced = 0       # history positions [0, _synced) are what the draft holds
         self._unknown_at = -1  # the first history position whose token the draft lacks
         self.window.reset()
@@ -59,38 +68,52 @@ class DraftModelSpeculator(Speculator):
                     self.draft.max_context_length - position - 1)
         if limit < 1:
             return 0
-        step = self._sync(ctx.history, position + 1)
+        q_of = ctx.sampler  # rejection mode: draw from q
+        top_k = TOP_K if q_of is None else _rows_top_k(q_of.forward_top_k)
+        step = self._sync(ctx.history, position + 1, top_k)
         if step is None:
             return 0
         self.draft.mark()  # a recurrent draft rolls back to here
         drafts: list[int] = []
+        self._q = []
         values, ids = step
-        while True:
-            token = int(ids[0])
-            if token >= self.target_vocab or top1_probability(values) < self.min_draft_prob:
-                break
+        while top1_probability(_best(values, ids)) >= self.min_draft_prob:
+            if q_of is None:
+                token = int(ids[0])
+                if token >= self.target_vocab:
+                    break
+            else:
+                q = q_of.distribution(values, ids)
+                if q is None:
+                    break
+                token = q_of.draw(q, position + 1 + len(drafts))
+                self._q.append(q)
             drafts.append(token)
             if len(drafts) == limit:
                 break
-            values, ids = self.draft.extend([token], TOP_K)
+            values, ids = self.draft.extend([token], top_k)
         self.draft.pause()
         if not ctx.shadow:  # a shadow proposal is never verified: nothing to learn from its commit
             self.window.proposed(drafts, position)
         out.extend(drafts)
         return len(drafts)
 
+    def draft_probabilities(self, index: int):
+        """q of draft `index` of the last proposal (rejection mode), else None (its argmax)."""
+        return self._q[index] if index < len(self._q) else None
+
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
         self.window.landed(tokens, start_pos)
 
-    def _sync(self, history: Sequence[int], end: int):
+    def _sync(self, history: Sequence[int], end: int, top_k: int = TOP_K):
         """Makes the draft hold history[:end] (rewinding what differs, forwarding what it
         lacks); returns the last forward's (top-k logits, ids), or None when nothing was
         forwarded or the history holds a token the draft lacks."""
         if 0 <= self._unknown_at < end:
             return None
         held = self.draft.held
-        keep = self._synced
         top = min(len(held), end - 1)  # the last token is forwarded again: its row is the draft's
+        keep = min(self._synced, top)
         while keep < top and held[keep] == history[keep]:
             keep += 1
         keep = self.draft.rewind(keep)
@@ -101,7 +124,20 @@ class DraftModelSpeculator(Speculator):
             self._synced = keep
             return None
         self._synced = end
-        return self.draft.extend(missing, TOP_K) if missing else None
+        return self.draft.extend(missing, top_k) if missing else None
+
+
+def _rows_top_k(chain_top_k: int) -> int:
+    """The logits a draft row returns in rejection mode: what the chain reads (0: all of
+    them), and at least the gate's TOP_K."""
+    return 0 if chain_top_k == 0 else max(chain_top_k, TOP_K)
+
+
+def _best(values: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
+    """A row's TOP_K best logits, best first (a top-k row already is; full logits are not)."""
+    if ids is not None:
+        return values[:TOP_K]
+    return np.sort(np.partition(values, len(values) - TOP_K)[-TOP_K:])[::-1]
 
 
 __all__ = ["DraftModelSpeculator"]
