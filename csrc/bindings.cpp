@@ -342,6 +342,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("drafter_draft_seconds", [](Target & t) { return drafter_of(t).draft_seconds(); })
         .def_property_readonly("drafter_readback_bytes", [](Target & t) { return drafter_of(t).readback_bytes(); })
         .def_property_readonly("drafter_is_lattice", [](Target & t) { return drafter_of(t).params().selects(); })
+        .def_property_readonly("drafter_head_rows", [](Target & t) { return drafter_of(t).head_rows(); })
         .def("set_recurrent_rollback", &Target::set_recurrent_rollback, py::arg("name"))
         .def("snapshot_recurrent", &Target::snapshot_recurrent, py::arg("seq") = 0)
         .def("restore_recurrent", &Target::restore_recurrent, py::arg("seq") = 0)

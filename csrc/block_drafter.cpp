@@ -214,8 +214,7 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
     }
     if (pos0 < 0 || pos0 + n_block > kv_->n_ctx()) throw std::invalid_argument("the draft block overflows the context");
     if (anchor < 0 || anchor >= hp_.n_vocab) throw std::invalid_argument("anchor token outside the vocabulary");
-    const int64_t head_rows = w_.output->ne[1];
-    if (top_k < 1 || top_k > head_rows) throw std::invalid_argument("top_k must be in [1, the head's rows]");
+    if (top_k < 1 || top_k > head_rows()) throw std::invalid_argument("top_k must be in [1, the head's rows]");
     const auto t0 = std::chrono::steady_clock::now();
     seek(pos0, seq);
     tokens_.assign((size_t) n_block, d_.mask_token);

@@ -48,6 +48,7 @@ public:
 
     const std::string & path() const { return file_->path(); }
     const DFlashParams & params() const { return d_; }
+    int64_t head_rows() const { return w_.output->ne[1]; }  // its LM head's (a reduced vocabulary's) rows
     int64_t seq_len(int64_t seq = 0) const { return kv_->seq_len(seq); }
     uint64_t graph_calls() const { return inject_->computes() + block_->computes(); }
     double inject_seconds() const { return inject_seconds_; }

@@ -180,3 +180,45 @@ def test_rejection_mode_samples_follow_the_target_distribution(tiny_model):
     assert chi2 < 20.5, (chi2, observed, trials * p)  # df = 5: p-value 0.001
     expected_acceptance = float(np.minimum(p, q).sum())
     assert abs(accepted / trials - expected_acceptance) < 0.04
+
+
+@pytest.mark.parametrize("kind", ["draft-head", "block"])
+def test_rejection_mode_with_a_learned_drafters_q(tiny_model, tmp_path, kind):
+    """A NextN head and a DFlash block draw their drafts from q (the request's chain over
+    their rows) and report it: the emitted token follows the target's row (chi-square),
+    and drafts land at the rate sum(min(p, q)) for the q they report."""
+    from ggspec.speculators.block import BlockDraftSpeculator
+    from ggspec.speculators.draft_head import DraftHeadSpeculator
+    from tests.fixtures.tiny_dflash import write_tiny_dflash
+
+    if kind == "draft-head":
+        target = ggspec.load(tiny_model("qwen35", "f32"), n_ctx=64, n_threads=2)
+        speculator = DraftHeadSpeculator(target.nextn_head, target.n_embd, max_draft_tokens=1, min_draft_prob=0.0)
+    else:
+        target = ggspec.load(tiny_model("qwen3", "f32"), n_ctx=64, n_threads=2)
+        drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(0, 1)))
+        speculator = BlockDraftSpeculator(drafter, max_draft_tokens=1, min_draft_prob=0.0)
+    prompt, config = [5, 17, 42, 99, 7], SamplerConfig(temperature=4.0, top_k=0, top_p=1.0, min_p=0.0)
+    ids, weights = Sampler(config, target.n_vocab).distribution(target.spec_forward(prompt + [11]).logits[0], None)
+    p = dict(zip(ids.tolist(), (weights / weights.sum()).tolist()))
+    trials, first, accepted, q = 2000, [], 0, None
+    for t in range(trials):
+        target.reset()
+        speculator.reset()
+        execution = SpeculativeExecution(target, Sampler(dataclasses.replace(config, seed=t), target.n_vocab),
+                                         speculator, accept="rejection")
+        execution.prefill(prompt)  # commits the prompt's rows to the drafter; its sampled token is not used
+        first.append(execution.step(prompt + [11], budget=2)[0])
+        assert execution.stats.draft_n == 1
+        accepted += execution.stats.draft_n_accepted
+        q_ids, q_probs = speculator.draft_probabilities(0)
+        assert q is None or (np.array_equal(q[0], q_ids) and np.array_equal(q[1], q_probs))  # one row, one q
+        q = (q_ids, q_probs)
+    expected = sum(min(p[t], qt) for t, qt in zip(q[0].tolist(), q[1].tolist()))
+    assert len(q[0]) > 10 and 0.05 < expected < 0.95, expected
+    top = list(ids[:5].tolist())
+    observed = np.array([first.count(t) for t in top] + [sum(t not in top for t in first)])
+    want = trials * np.array([p[t] for t in top] + [1.0 - sum(p[t] for t in top)])
+    chi2 = float((((observed - want) ** 2) / want).sum())
+    assert chi2 < 20.5, (chi2, observed, want)  # df = 5: p-value 0.001
+    assert abs(accepted / trials - expected) < 0.045, (accepted / trials, expected)

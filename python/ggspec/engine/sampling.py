@@ -147,6 +147,12 @@ class DraftSampler:
             return int(q_ids[0])
         return draw(q_ids, probs, uniform(self.sampler.config.seed + _DRAFT_STREAM, position))
 
+    def sample(self, values: np.ndarray, ids: np.ndarray | None,
+               position: int) -> tuple[int, tuple[np.ndarray, np.ndarray]] | None:
+        """(a draft for `position` drawn from q over this row, q), or None (no id to draw)."""
+        q = self.distribution(values, ids)
+        return None if q is None else (self.draw(q, position), q)
+
 
 def draw(ids: np.ndarray, weights: np.ndarray, u: float) -> int:
     """Inverse-CDF draw of one id, given a uniform u in [0, 1)."""

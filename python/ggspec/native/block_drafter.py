@@ -57,6 +57,8 @@ class BlockDrafter:
         self.target_layers = tuple(core.drafter_target_layers)
         self.block_size = core.drafter_block_size
         self.mask_token = core.drafter_mask_token
+        self.lattice = core.drafter_is_lattice  # DFlash2's candidate lattice, walked on the host
+        self.head_rows = core.drafter_head_rows  # the most top-k ids a row can report
 
     def for_sequence(self, seq: int) -> "BlockDrafter":
         """The same drafter on sequence `seq`: its own KV region, as the trunk's."""

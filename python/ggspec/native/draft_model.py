@@ -16,8 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-# the last row's top-k logits and ids, best first; or its full logits and None (top_k 0)
-Step = tuple[np.ndarray, "np.ndarray | None"]
+Step = tuple[np.ndarray, np.ndarray]  # the last row's top-k logits and ids, best first
 
 
 class DraftModel:
@@ -104,7 +103,7 @@ class DraftSequence:
 
     def extend(self, tokens: Sequence[int], top_k: int) -> Step:
         """Forwards `tokens` after what is held (one batched forward, chunked when long);
-        returns the last row's top_k logits and ids (top_k 0: its full logits and None)."""
+        returns the last row's top_k logits and ids."""
         self.model._trunk.pause_threads()
         try:
             out = self.model.target.spec_forward(tokens, top_k=top_k, seq=self.seq)
@@ -114,7 +113,7 @@ class DraftSequence:
             self.model.target.reset_sequence(self.seq)
             raise
         self.held.extend(int(t) for t in tokens)
-        return out.logits[-1], None if out.ids is None else out.ids[-1]
+        return out.logits[-1], out.ids[-1]
 
     def pause(self) -> None:
         """Drafting is over for this step: the draft's threads sleep while the trunk verifies."""

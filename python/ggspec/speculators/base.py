@@ -15,10 +15,22 @@ import numpy as np
 
 
 TOP_K = 10  # the logits a learned drafter's confidence is computed over
+#: rejection mode, a chain that keeps every id: a drafter row reports its best this many,
+#: and q is the chain over them (exactly the distribution its draft is drawn from)
+CHAIN_ROWS_WITHOUT_TOP_K = 64
+
+
+def rows_top_k(sampler) -> int:
+    """The logits per drafter row a proposal asks for: TOP_K for the confidence gate, and in
+    rejection mode (a DraftContext.sampler) what the request's chain reads."""
+    if sampler is None:
+        return TOP_K
+    return max(sampler.forward_top_k or CHAIN_ROWS_WITHOUT_TOP_K, TOP_K)
 
 
 def top1_probability(top_logits: np.ndarray) -> float:
-    """Softmax of the best logit over the top-k logits (best first)."""
+    """Softmax of the best logit over the top-k logits (best first; the first TOP_K)."""
+    top_logits = top_logits[:TOP_K]
     e = np.exp(top_logits.astype(np.float64) - float(top_logits[0]))
     return float(e[0] / e.sum())
 

@@ -8,14 +8,17 @@ steps the governor kept drafting parked), then runs one forward over
 its drafts differ from a full block's (the drafter is non-causal), never the
 output. The draft is the drafter's greedy walk (a DFlash2 lattice, or each
 row's argmax); it stops where the cumulative probability of the prefix falls
-below min_draft_prob.
+below min_draft_prob. In rejection mode a DFlash block draws each row's draft from
+q, the request's chain over that row (its rows are drafted in one pass, so each
+row's q is its own whatever the rows before it drew); a DFlash2 lattice walk
+defines no distribution, so its q stays one-hot (match mode's acceptance).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ggspec.speculators.base import TOP_K, DraftContext, Speculator
+from ggspec.speculators.base import TOP_K, DraftContext, Speculator, rows_top_k
 
 
 class BlockDraftSpeculator(Speculator):
@@ -36,6 +39,7 @@ class BlockDraftSpeculator(Speculator):
     def reset(self) -> None:
         # runs of consecutive committed positions: [first position, end, feature row blocks]
         self._queued: list[list] = []
+        self._q: list = []  # rejection mode: the last proposal's q per draft
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
         if self._queued and self._queued[-1][1] == start_pos:
@@ -49,17 +53,30 @@ class BlockDraftSpeculator(Speculator):
             self.drafter.inject(np.concatenate(blocks), first)
         self._queued = []
         window = min(self.max_draft_tokens, ctx.max_draft)
-        draft = self.drafter.draft(ctx.history[-1], ctx.position, window + 1, TOP_K)
+        q_of = ctx.sampler if ctx.sampler is not None and not self.drafter.lattice else None  # a lattice has no q
+        top_k = TOP_K if q_of is None else min(rows_top_k(q_of), self.drafter.head_rows)
+        draft = self.drafter.draft(ctx.history[-1], ctx.position, window + 1, top_k)
         tokens, probabilities = draft.walk()
+        self._q = []
         prefix = 1.0
         n = 0
-        for token, p in zip(tokens, probabilities):
+        for i, (token, p) in enumerate(zip(tokens, probabilities)):
             prefix *= p
             if prefix < self.min_draft_prob:
                 break
+            if q_of is not None:  # each row's own q: the block's rows do not read each other's drafts
+                drawn = q_of.sample(draft.values[i], draft.ids[i], ctx.position + 1 + i)
+                if drawn is None:
+                    break
+                token = drawn[0]
+                self._q.append(drawn[1])
             out.append(token)
             n += 1
         return n
+
+    def draft_probabilities(self, index: int):
+        """q of draft `index` of the last proposal (rejection mode, DFlash), else None."""
+        return self._q[index] if index < len(self._q) else None
 
 
 __all__ = ["BlockDraftSpeculator"]

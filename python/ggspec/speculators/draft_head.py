@@ -6,7 +6,8 @@ it) are caught up into the head's KV lazily, at the next proposal: folded, that
 catch-up and the first draft step are one graph over n_accepted + 1 rows. Chained
 draft rows read the head's own output instead, so their KV is overwritten by the
 next catch-up. Drafting stops when the head's top-1 probability over its top-10
-logits falls below min_draft_prob.
+logits falls below min_draft_prob. In rejection mode each draft is drawn from q,
+the request's chain over the head's row, and chains on from there.
 
 While the governor parks drafting, the head keeps only the last parked_catch_up
 rows to catch up on: the rows before them are skipped, masked from the head's
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggspec.speculators.base import TOP_K, DraftContext, Speculator, top1_probability
+from ggspec.speculators.base import DraftContext, Speculator, rows_top_k, top1_probability
 
 class DraftHeadSpeculator(Speculator):
     name = "draft-head"
@@ -44,6 +45,7 @@ class DraftHeadSpeculator(Speculator):
         self._tokens: list[int] = []          # committed tokens after those, not yet through the head
         self._before: list[np.ndarray] = []   # the trunk's hidden row before each of them
         self._last_row = self._zero_row       # the trunk's hidden row at the last committed position
+        self._q: list = []                    # rejection mode: the last proposal's q per draft
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
         for i, token in enumerate(tokens):
@@ -68,23 +70,37 @@ class DraftHeadSpeculator(Speculator):
         if self._skipped:
             self.head.skip(self._exact, self._exact + self._skipped)
             self._exact, self._skipped = self._exact + self._skipped, 0
+        q_of = ctx.sampler  # rejection mode: draw from q
+        top_k = rows_top_k(q_of)
         tokens = [*self._tokens, int(ctx.history[-1])]
         before = np.stack([*self._before, self._last_row])
         if self.fold_catch_up or len(tokens) == 1:
-            values, ids, row = self.head.draft_catch_up_and_step(tokens, before, self._exact, TOP_K)
+            values, ids, row = self.head.draft_catch_up_and_step(tokens, before, self._exact, top_k)
         else:
             self.head.draft_catch_up(tokens[:-1], before[:-1], self._exact)
-            values, ids, row = self.head.draft_step(tokens[-1], before[-1], position, TOP_K)
+            values, ids, row = self.head.draft_step(tokens[-1], before[-1], position, top_k)
         self._exact, self._tokens, self._before = position + 1, [], []
 
-        n = 0
+        n, self._q = 0, []
         while top1_probability(values) >= self.min_draft_prob:
-            out.append(int(ids[0]))
+            if q_of is None:
+                token = int(ids[0])
+            else:
+                drawn = q_of.sample(values, ids, position + 1 + n)
+                if drawn is None:
+                    break
+                token = drawn[0]
+                self._q.append(drawn[1])
+            out.append(token)
             n += 1
             if n >= ctx.max_draft:
                 break
-            values, ids, row = self.head.draft_step(int(ids[0]), row, position + n, TOP_K)
+            values, ids, row = self.head.draft_step(token, row, position + n, top_k)
         return n
+
+    def draft_probabilities(self, index: int):
+        """q of draft `index` of the last proposal (rejection mode), else None (its argmax)."""
+        return self._q[index] if index < len(self._q) else None
 
 
 __all__ = ["DraftHeadSpeculator"]

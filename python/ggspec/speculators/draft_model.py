@@ -31,9 +31,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
-from ggspec.speculators.base import TOP_K, DraftContext, Speculator, top1_probability
+from ggspec.speculators.base import TOP_K, DraftContext, Speculator, rows_top_k, top1_probability
 from ggspec.speculators.window import AdaptiveWindow
 
 
@@ -69,7 +67,7 @@ class DraftModelSpeculator(Speculator):
         if limit < 1:
             return 0
         q_of = ctx.sampler  # rejection mode: draw from q
-        top_k = TOP_K if q_of is None else _rows_top_k(q_of.forward_top_k)
+        top_k = rows_top_k(q_of)
         step = self._sync(ctx.history, position + 1, top_k)
         if step is None:
             return 0
@@ -77,17 +75,17 @@ class DraftModelSpeculator(Speculator):
         drafts: list[int] = []
         self._q = []
         values, ids = step
-        while top1_probability(_best(values, ids)) >= self.min_draft_prob:
+        while top1_probability(values) >= self.min_draft_prob:
             if q_of is None:
                 token = int(ids[0])
                 if token >= self.target_vocab:
                     break
             else:
-                q = q_of.distribution(values, ids)
-                if q is None:
+                drawn = q_of.sample(values, ids, position + 1 + len(drafts))
+                if drawn is None:
                     break
-                token = q_of.draw(q, position + 1 + len(drafts))
-                self._q.append(q)
+                token = drawn[0]
+                self._q.append(drawn[1])
             drafts.append(token)
             if len(drafts) == limit:
                 break
@@ -125,19 +123,6 @@ class DraftModelSpeculator(Speculator):
             return None
         self._synced = end
         return self.draft.extend(missing, top_k) if missing else None
-
-
-def _rows_top_k(chain_top_k: int) -> int:
-    """The logits a draft row returns in rejection mode: what the chain reads (0: all of
-    them), and at least the gate's TOP_K."""
-    return 0 if chain_top_k == 0 else max(chain_top_k, TOP_K)
-
-
-def _best(values: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
-    """A row's TOP_K best logits, best first (a top-k row already is; full logits are not)."""
-    if ids is not None:
-        return values[:TOP_K]
-    return np.sort(np.partition(values, len(values) - TOP_K)[-TOP_K:])[::-1]
 
 
 __all__ = ["DraftModelSpeculator"]
