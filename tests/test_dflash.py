@@ -295,3 +295,29 @@ def test_the_confidence_gate_is_on_the_cumulative_prefix_probability():
     out = []
     # 0.9, 0.72, 0.288 < 0.35: the third and everything after it go, though each later one is confident
     assert speculator.propose(DraftContext([1, 2], 1, 7), out) == 2 and out == [10, 11]
+
+
+@pytest.mark.peer
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab"])
+def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
+    """The same blocks as llama.cpp's draft-dflash, on the same files and greedy input:
+    a full block of n_max drafts each step, no gate, governor off. (DFlash2's lattice
+    walk logs no candidates in llama.cpp, so it is not compared here.)"""
+    from bench.peer.peer import peer_tokenize
+    from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
+
+    drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
+    text, n, n_max = "a b c d e", 40, 4
+    model = ggspec.Model(str(qwen3_target), n_ctx=256, n_threads=1)
+    ids = model.encode_prompt(text)
+    assert ids == peer_tokenize(str(qwen3_target), text, add_special=True, parse_special=True)
+    cmd = [*speculative_cmd(qwen3_target, text, "draft-dflash", n_predict=n, threads=1, ctx=256),
+           "-md", str(drafter), "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
+    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
+    target = model.target
+    speculator = recording(BlockDraftSpeculator)(target.attach_drafter(drafter), n_max, 0.0)
+    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
+    output = [t for step in execution.generate(ids, n) for t in step]
+    compared = compare(theirs, speculator.proposals, len(ids), output, full=n_max)
+    print(f"{variant}: DFlash drafts compared with llama.cpp: {compared}")
+    assert compared >= 24, compared

@@ -2,8 +2,6 @@
 every target architecture, with any architecture as the draft; vocabularies are
 checked as llama.cpp checks them, and pairs that differ only in size are handled."""
 
-import re
-
 import pytest
 
 import ggspec
@@ -223,48 +221,9 @@ def test_threads_draft_flag(tiny_model):
 
 # --- parity with llama.cpp's draft-simple ---------------------------------------------
 
-MARGIN = 0.05  # compared where llama.cpp's top-1 draft candidate leads its top-2 by more
-CANDIDATE = re.compile(r"draft candidate\s+(\d+), pos\s+(\d+):\s+(\d+) \(\s*([\d.]+)\)")
-
-
-def llama_cpp_proposals(output: str) -> list[list[tuple[int, float]]]:
-    """Each draft() of llama.cpp's verbose log: per position, (its top candidate, how far
-    that candidate's probability leads the second's)."""
-    proposals: list[list[tuple[int, float]]] = []
-    top: dict[tuple[int, int], tuple[int, float]] = {}
-    for line in output.splitlines():
-        m = CANDIDATE.search(line)
-        if not m:
-            continue
-        k, pos, token, p = int(m[1]), int(m[2]), int(m[3]), float(m[4])
-        if k == 0:
-            if pos == 0:
-                proposals.append([])
-            proposals[-1].append((token, p))
-        elif k == 1:
-            token0, p0 = proposals[-1][pos]
-            proposals[-1][pos] = (token0, p0 - p)
-    return proposals
-
-
-class RecordingDraft(DraftModelSpeculator):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.proposals: dict[int, list[int]] = {}  # by the position of the first draft
-
-    def propose(self, ctx, out):
-        n = super().propose(ctx, out)
-        self.proposals[ctx.position + 1] = list(out[len(out) - n:])
-        return n
-
-
-def landed(proposal: list[int], truth: list[int]) -> int:
-    return next((i for i, (a, b) in enumerate(zip(proposal, truth)) if a != b), min(len(proposal), len(truth)))
-
-
-@pytest.mark.peer
 # Attention-only pairs: on a recurrent target llama.cpp re-verifies a partly accepted
 # draft from a checkpoint instead of drafting again, so its proposals start elsewhere.
+@pytest.mark.peer
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_draft_tokens_are_llama_cpps(tiny_model, arch):
     from bench.peer.commands import speculative_cmd
@@ -272,6 +231,7 @@ def test_draft_tokens_are_llama_cpps(tiny_model, arch):
     from bench.peer.peer import peer_tokenize
     from ggspec.engine.execution import SpeculativeExecution
     from ggspec.engine.sampling import Sampler, SamplerConfig
+    from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
 
     # a draft of other (random) weights: most drafts miss, so both engines draft from
     # (almost) every position and the two schedules meet at the same positions
@@ -282,29 +242,13 @@ def test_draft_tokens_are_llama_cpps(tiny_model, arch):
     # llama.cpp with a fixed window (n_max 3) and no gate (p_min 0); ggspec the same, governor off
     cmd = [*speculative_cmd(path, text, "draft-simple", n_predict=n, threads=1, ctx=256, draft_model=drafter),
            "--spec-draft-n-max", "3", "--spec-draft-p-min", "0", "-v"]
-    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"output": out})["output"])
+    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     target = model.target
-    speculator = RecordingDraft(target.attach_draft_model(drafter), target.n_vocab, max_draft_tokens=3,
-                                min_draft_prob=0.0, window=3)
+    speculator = recording(DraftModelSpeculator)(target.attach_draft_model(drafter), target.n_vocab,
+                                                 max_draft_tokens=3, min_draft_prob=0.0, window=3)
     execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
     output = [t for step in execution.generate(ids, n) for t in step]
-    # llama.cpp drafts first from the prompt's last token (for position len(ids)); each
-    # verify then emits what landed and one more. Its proposals at ggspec's positions:
-    start, compared = len(ids), 0
-    for proposal in theirs:
-        truth = output[start - len(ids):]
-        mine = speculator.proposals.get(start)
-        if mine is not None:
-            for j, (token, lead) in enumerate(proposal):
-                if lead <= MARGIN or j >= len(mine):
-                    break  # a near tie: this draft and what follows from it may differ
-                assert mine[j] == token, (f"drafts from position {start}: ggspec {mine}, "
-                                          f"llama.cpp {[t for t, _ in proposal]}")
-                compared += 1
-        start += landed([t for t, _ in proposal], truth) + 1
-        if start >= len(ids) + len(output) - 3:
-            break
-    print(f"draft tokens compared with llama.cpp: {compared}")
+    compared = compare(theirs, speculator.proposals, len(ids), output, full=3)
     assert compared >= 24, compared
 
 
