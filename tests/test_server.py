@@ -422,3 +422,30 @@ def test_a_draft_head_declines_a_reused_prefix_in_timings_and_the_log(tiny_model
     reason = second["timings"]["spec_decline_reason"]
     assert "draft-head: cannot arm after a reused prefix" in reason
     assert f"speculation declined: {reason}" in process.log.read_text()
+
+
+def test_a_draft_model_attaches_at_load_and_serves_plain_output(tiny_model, tmp_path):
+    import ggspec
+
+    path, draft = tiny_model("llama", "q8_0"), tiny_model("llama", "f32")
+    process = ServerProcess(["-m", path, "-c", "256", "-t", "2", "--draft-model", draft, "--spec-governor", "off"],
+                            tmp_path / "serve.log")
+    try:
+        assert "attached (draft)" in process.log.read_text()  # before /health said ok
+        client = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        prompt = [5 + (i * 7) % 300 for i in range(20)]
+        reply = client.completions.create(model="m", prompt=prompt, temperature=0, max_tokens=24,
+                                          extra_body={"return_tokens": True}).to_dict()
+    finally:
+        assert process.stop() == 0
+    assert reply["timings"]["spec_type"] == "draft" and reply["timings"]["draft_n"] > 0
+    with ggspec.Engine(ggspec.Model(path, n_ctx=256, n_threads=2)) as engine:
+        plain = engine.submit(prompt, max_tokens=24, temperature=0, spec=False).result
+    assert reply["choices"][0]["tokens"] == plain.tokens
+
+
+def test_a_draft_model_of_another_vocabulary_stops_the_server_at_load(tiny_model):
+    other = tiny_model("llama", "f32", metadata=(("tokenizer.ggml.bos_token_id", 3),))
+    proc = ggspec("serve", "-m", tiny_model("llama", "q8_0"), "--port", "0", "--draft-model", other, timeout=60)
+    assert proc.returncode == 1
+    assert "vocabulary is not the target's (its BOS token is id 3" in proc.stderr

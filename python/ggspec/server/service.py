@@ -72,6 +72,12 @@ class Service:
             self.engine = Engine(self.model, slots=c.slots)
             log.info("loaded %s in %.2f s: %d slot(s) of %d tokens", self.model.path, self.model.load_seconds,
                      c.slots, self.model.n_ctx)
+            if c.spec.enabled and c.spec.draft_model:
+                # the drafter loads (or is refused) and its step costs are measured now,
+                # while /health says loading, not in the first request
+                warm = self.engine.submit(self.model.encode_prompt("Hello"), max_tokens=2, spec=c.spec).result
+                log.info("drafter %s attached (%s)", c.spec.draft_model,
+                         warm.stats["spec_type"] if not warm.stats["decline_reason"] else warm.stats["decline_reason"])
             if not self.model.has_chat_template:
                 log.info("the model has no chat template: chat requests use ChatML, as llama-server's do")
         except BaseException as e:  # noqa: BLE001 - reported by /health and the command
