@@ -110,14 +110,20 @@ def test_drafts_follow_the_draft_models_argmax_and_stop_at_the_gate(tiny_model):
     assert strict.propose(DraftContext(history, len(history) - 1, 6), []) == 0
 
 
-def test_the_draft_keeps_what_landed_and_rewinds_the_rest(tiny_model):
+def ungated(tiny_model, draft_arch: str) -> DraftModelSpeculator:
+    """A speculator over a draft of draft_arch attached to a fresh tiny llama target."""
     target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2)
-    sequence = target.attach_draft_model(tiny_model("llama", "f32"))
-    spec = DraftModelSpeculator(sequence, target.n_vocab, max_draft_tokens=8, min_draft_prob=0.0)
+    return DraftModelSpeculator(target.attach_draft_model(tiny_model(draft_arch, "f32")), target.n_vocab,
+                                max_draft_tokens=8, min_draft_prob=0.0)
+
+
+def test_the_draft_keeps_what_landed_and_rewinds_the_rest(tiny_model):
+    spec = ungated(tiny_model, "llama")
+    sequence, n_vocab = spec.draft, spec.target_vocab
     history = list(PROMPT)
     drafts: list[int] = []
     spec.propose(DraftContext(history, len(history) - 1, 8), drafts)
-    history += drafts[:2] + [(drafts[2] + 1) % target.n_vocab]  # two landed, the third was corrected
+    history += drafts[:2] + [(drafts[2] + 1) % n_vocab]  # two landed, the third was corrected
     spec.commit(history[len(PROMPT) - 1:], None, len(PROMPT) - 1)
     spec.propose(DraftContext(history, len(history) - 1, 8), [])
     assert sequence.held[:len(history)] == history
@@ -125,18 +131,14 @@ def test_the_draft_keeps_what_landed_and_rewinds_the_rest(tiny_model):
 
 
 def test_qwen35_as_a_draft_rolls_back_to_where_drafting_began(tiny_model):
-    target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2)
-    sequence = target.attach_draft_model(tiny_model("qwen35", "f32"))
-    spec = DraftModelSpeculator(sequence, target.n_vocab, max_draft_tokens=8, min_draft_prob=0.0)
+    spec = ungated(tiny_model, "qwen35")
     history = list(PROMPT)
     drafts: list[int] = []
     spec.propose(DraftContext(history, len(history) - 1, 8), drafts)
-    history += drafts[:1] + [(drafts[1] + 1) % target.n_vocab]
+    history += drafts[:1] + [(drafts[1] + 1) % spec.target_vocab]
     again: list[int] = []
     spec.propose(DraftContext(history, len(history) - 1, 8), again)
-    fresh = DraftModelSpeculator(ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2)
-                                 .attach_draft_model(tiny_model("qwen35", "f32")),
-                                 target.n_vocab, max_draft_tokens=8, min_draft_prob=0.0)
+    fresh = ungated(tiny_model, "qwen35")
     expected: list[int] = []
     fresh.window.size = spec.window.size
     fresh.propose(DraftContext(history, len(history) - 1, 8), expected)
