@@ -73,7 +73,7 @@ def test_slots_draft_on_their_own_sequences(tiny_model):
     assert [[g.stats[k] for k in keys] for g in got] == [[a.stats[k] for k in keys] for a in alone]
 
 
-def test_auto_picks_a_draft_model_and_the_governor_may_park_it(tiny_model):
+def test_auto_picks_a_draft_model_attached_once_per_file_and_threads(tiny_model):
     path, drafter = tiny_model("llama", "q8_0"), tiny_model("llama", "f32")
     with ggspec.Engine(ggspec.Model(path, n_ctx=256, n_threads=2)) as engine:
         out = run(engine, PROMPT, SpecOptions(draft_model=drafter), GREEDY)
@@ -84,7 +84,15 @@ def test_auto_picks_a_draft_model_and_the_governor_may_park_it(tiny_model):
     assert attached.path == drafter and attached.n_threads == 2
     with ggspec.Engine(model) as engine:
         run(engine, PROMPT, SpecOptions(draft_model=drafter, draft_threads=1), GREEDY)
-    assert model.target.draft_model.n_threads == 1  # other threads: attached again
+        assert model.target.draft_model.n_threads == 1  # other threads: attached again
+        attached = model.target._draft_model
+        run(engine, PROMPT, SpecOptions(draft_model=drafter, draft_threads=1), GREEDY)
+        assert model.target._draft_model is attached
+        with pytest.warns(UserWarning, match="more than the"):  # more threads than CPUs: capped, once
+            run(engine, PROMPT, SpecOptions(draft_model=drafter, draft_threads=4096), GREEDY)
+        attached = model.target._draft_model
+        run(engine, PROMPT, SpecOptions(draft_model=drafter, draft_threads=4096), GREEDY)
+        assert model.target._draft_model is attached
 
 
 # --- the speculator's own rules ------------------------------------------------------
@@ -143,6 +151,57 @@ def test_qwen35_as_a_draft_rolls_back_to_where_drafting_began(tiny_model):
     fresh.window.size = spec.window.size
     fresh.propose(DraftContext(history, len(history) - 1, 8), expected)
     assert again == expected  # the state after the rollback is a fresh run's
+
+
+def test_a_sliding_window_draft_starts_again_where_its_ring_cannot_rewind(tiny_model):
+    # gemma3's ring keeps its recent positions only: a short unrelated history after a
+    # long one cannot rewind into it, so the draft's sequence starts again from empty
+    target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=1024, n_threads=2)
+    spec = DraftModelSpeculator(target.attach_draft_model(tiny_model("gemma3", "f32")), target.n_vocab,
+                                max_draft_tokens=4, min_draft_prob=0.0)
+    long = [5 + (i * 7) % 300 for i in range(700)]
+    spec.propose(DraftContext(long, len(long) - 1, 4), [])
+    short: list[int] = []
+    spec.reset()
+    spec.propose(DraftContext(PROMPT, len(PROMPT) - 1, 4), short)
+    fresh = DraftModelSpeculator(ggspec.load(tiny_model("llama", "q8_0"), n_ctx=1024, n_threads=2)
+                                 .attach_draft_model(tiny_model("gemma3", "f32")), target.n_vocab,
+                                 max_draft_tokens=4, min_draft_prob=0.0)
+    expected: list[int] = []
+    fresh.propose(DraftContext(PROMPT, len(PROMPT) - 1, 4), expected)
+    assert short == expected and spec.draft.held == PROMPT + expected[:-1]
+
+
+def test_a_recurrent_drafts_roll_back_point_belongs_to_its_sequence(tiny_model):
+    # two speculators on one draft sequence (a reused plan after another request): the
+    # second's mark replaces the first's, and the first then starts again, never restores it
+    first = ungated(tiny_model, "qwen35")
+    second = DraftModelSpeculator(first.draft.for_sequence(0), first.target_vocab, max_draft_tokens=8,
+                                  min_draft_prob=0.0)
+    history = list(PROMPT)
+    drafts: list[int] = []
+    first.propose(DraftContext(history, len(history) - 1, 8), drafts)
+    second.propose(DraftContext([9, 8, 7, 6], 3, 8), [])
+    history += drafts[:1] + [(drafts[1] + 1) % first.target_vocab]
+    again: list[int] = []
+    first.propose(DraftContext(history, len(history) - 1, 8), again)
+    fresh = ungated(tiny_model, "qwen35")
+    fresh.window.size = first.window.size
+    expected: list[int] = []
+    fresh.propose(DraftContext(history, len(history) - 1, 8), expected)
+    assert again == expected
+
+
+def test_sizing_the_sequences_again_keeps_what_the_draft_holds(tiny_model):
+    target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2)
+    sequence = target.attach_draft_model(tiny_model("llama", "f32"))
+    DraftModelSpeculator(sequence, target.n_vocab).begin(PROMPT)
+    held = list(sequence.held)
+    target.set_sequences(1)  # what an engine does when it wakes: the same count
+    assert sequence.held == held and held
+    target.set_sequences(2)
+    assert sequence.held == [] and target.draft_model.for_sequence(1).held == []
+    assert target.memory["draft_model_bytes"] > 0
 
 
 # --- vocabularies --------------------------------------------------------------------
@@ -297,3 +356,17 @@ def test_rejection_mode_draws_from_q_and_follows_the_target_distribution(tiny_mo
     chi2 = float((((observed - want) ** 2) / want).sum())
     assert chi2 < 20.5, (chi2, observed, want)  # df = 5: p-value 0.001
     assert abs(accepted / trials - expected_acceptance) < 0.04, (accepted / trials, expected_acceptance)
+
+
+def test_a_step_reads_only_what_it_drafted_not_the_whole_history(tiny_model):
+    from tests.test_ngram import CountingHistory
+
+    spec = ungated(tiny_model, "llama")
+    history = CountingHistory([5 + (i * 7) % 300 for i in range(90)])
+    spec.begin(history)
+    for _ in range(6):
+        history.reads = 0
+        drafts: list[int] = []
+        spec.propose(DraftContext(history, len(history) - 1, 8), drafts)
+        assert history.reads <= len(drafts) + 4, history.reads  # the drafts compared, the pending token
+        history.tokens += drafts[:1] + [3]  # one landed, then the target's own token

@@ -192,4 +192,4 @@ def test_each_request_s_governor_starts_from_what_the_last_one_learned(model, mo
             for prompt in ("a b c a b c", "d e f d e f"):
                 engine.submit(prompt, max_tokens=8, spec="ngram", **GREEDY).result
             engine.submit("g h", max_tokens=2, spec=False, **GREEDY).result  # no speculator: nothing to learn
-    assert found == [(("ngram", None, 1), False), (("ngram", None, 1), True), (None, False)] * 2
+    assert found == [(("ngram", None, None, 1), False), (("ngram", None, None, 1), True), (None, False)] * 2

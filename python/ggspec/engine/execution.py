@@ -134,8 +134,8 @@ class SpeculativeExecution:
         """After the prompt's forward (history ends with its first token, pending), before
         that token is out: the speculator may build its own context of the prompt
         (Speculator.begin), in the prompt's time, as llama.cpp's draft model processes
-        the prompt with the target."""
-        if self.speculator is not None:
+        the prompt with the target. Not where the governor will never let it draft."""
+        if self.speculator is not None and not self.governor.never_drafts:
             with self.stats.phase("draft"):
                 self.speculator.begin(history)
 

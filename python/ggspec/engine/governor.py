@@ -217,6 +217,12 @@ class SpeculationCostGovernor:
     def parked(self) -> bool:
         return self._parked_left > 0
 
+    @property
+    def never_drafts(self) -> bool:
+        """The measured step costs say no window could pay even if every draft landed, so
+        this governor will never let the speculator draft."""
+        return self.enabled and not self._could_pay
+
     @staticmethod
     def _rate(samples) -> float:
         tokens = sum(t for t, _ in samples)
@@ -237,7 +243,7 @@ class GovernorMemory:
     def key(plan, batch: int) -> tuple | None:
         if plan.speculator is None or not plan.governor.enabled:
             return None
-        return plan.speculator.name, plan.options.draft_model, batch
+        return plan.speculator.name, plan.options.draft_model, plan.options.draft_threads, batch
 
     def start(self, governor: SpeculationCostGovernor, key: tuple | None) -> None:
         if key in self._learned:

@@ -49,13 +49,7 @@ def check_draft_model(path: str) -> str:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"draft model not found: {path}")
     stat = os.stat(path)
-    return _drafter_kind(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
-
-
-@functools.lru_cache(maxsize=64)
-def _drafter_kind(path: str, size: int, mtime_ns: int) -> str:
-    # every request that names a drafter asks; reading a vocabulary's metadata takes 0.1 s
-    arch = read_metadata(path).get("general.architecture")
+    arch = _architecture(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if arch in SUPPORTED_DRAFTERS:
         return "block"
     if arch in architectures():
@@ -65,13 +59,19 @@ def _drafter_kind(path: str, size: int, mtime_ns: int) -> str:
                      f"{', '.join(architectures())})")
 
 
+@functools.lru_cache(maxsize=64)
+def _architecture(path: str, size: int, mtime_ns: int):
+    # every request that names a drafter asks; reading a vocabulary's metadata takes 0.1 s
+    return read_metadata(path).get("general.architecture")
+
+
 def drafter_attached(target, options: SpecOptions) -> bool:
     """Whether the target's drafter of options.draft_model's kind is that file, attached
     with these options."""
     if check_draft_model(options.draft_model) == "draft":
         attached = target.draft_model
         return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
-                and attached.n_threads == (options.draft_threads or target.n_threads))
+                and attached.threads_asked == options.draft_threads)
     attached = target.block_drafter
     return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
             and attached.switches == options.drafter_switches())

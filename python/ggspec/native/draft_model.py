@@ -5,9 +5,10 @@ Each sequence of the target has the draft's sequence of the same number. The dra
 sequence records which tokens its cache holds, so whoever drafts with it can keep
 what still matches the target's history and forward only the rest.
 
-The two models take turns on the same cores: each forward of one pauses the other's
-thread pool first, so that the idle pool's workers sleep instead of polling for
-work (ggml's default) on a core the busy one needs.
+The two models take turns on the same cores: the draft pauses the target's thread
+pool before each of its forwards and its own when it has drafted, so that the idle
+pool's workers sleep instead of polling for work (ggml's default) on a core the
+busy one needs.
 """
 
 from __future__ import annotations
@@ -20,30 +21,41 @@ Step = tuple[np.ndarray, np.ndarray]  # the last row's top-k logits and ids, bes
 
 
 class DraftModel:
-    """The draft Target, sized to the trunk's sequences; DraftSequence drafts on one."""
+    """The draft Target, sized to the trunk's sequences; DraftSequence drafts on one.
+    threads_asked: the thread count the caller asked for (None: the trunk's)."""
 
-    def __init__(self, draft, trunk, path: str):
+    def __init__(self, draft, trunk, path: str, threads_asked: int | None = None):
         self.target = draft
         self.path = path
+        self.threads_asked = threads_asked
         self._trunk = trunk
         self.n_threads = draft.n_threads
         if draft.recurrent:
             # a draft rolls back to where its drafting began: a state kept on the host
             draft.set_recurrent_rollback("reforward")
-        self._held: list[list[int]] = []
-        self.set_sequences(trunk.sequences)
+        if draft.sequences != trunk.sequences:
+            draft.set_sequences(trunk.sequences)
+        self._held: list[list[int]] = [[] for _ in range(trunk.sequences)]
+        # per sequence, the length its recurrent state was kept at by mark(), or -1
+        self._marks: list[int] = [-1] * trunk.sequences
 
     @property
     def n_vocab(self) -> int:
         return self.target.n_vocab
 
     def set_sequences(self, n: int) -> None:
-        """One draft sequence per trunk sequence; every one starts empty."""
-        if self.target.sequences != n:
-            self.target.set_sequences(n)
-        else:
-            self.target.reset()
+        """One draft sequence per trunk sequence; a change empties every one (as the trunk's)."""
+        if self.target.sequences == n:
+            return
+        self.target.set_sequences(n)
         self._held = [[] for _ in range(n)]
+        self._marks = [-1] * n
+
+    def empty(self, seq: int) -> None:
+        """Sequence seq holds nothing again (and has no mark)."""
+        self.target.reset_sequence(seq)
+        self._held[seq] = []
+        self._marks[seq] = -1
 
 
 class DraftSequence:
@@ -54,7 +66,7 @@ class DraftSequence:
         self.seq = seq
         self.path = model.path
         self.n_threads = model.n_threads
-        self._mark = -1  # where the last mark() kept a recurrent state to roll back to
+        self.threads_asked = model.threads_asked
 
     def for_sequence(self, seq: int) -> "DraftSequence":
         """The same draft model on sequence `seq`."""
@@ -73,33 +85,43 @@ class DraftSequence:
     def max_context_length(self) -> int:
         return self.model.target.max_context_length
 
+    @property
+    def stamp(self) -> int:
+        """Changes whenever this sequence's cache does: equal stamps, the same held tokens."""
+        return self.model.target.sequence_stamp(self.seq)
+
     def rewind(self, length: int) -> int:
         """Keeps at most the first `length` held positions; returns how many it kept. An
-        attention-only draft keeps exactly min(length, held); a recurrent one can only go
-        back to its last mark() (or to the start), so it may keep fewer."""
+        attention-only draft keeps min(length, held) where its cache can go back that far
+        (a sliding-window ring keeps only its recent positions); a recurrent one goes back
+        only to its last mark(). Where it cannot, the sequence starts again from empty."""
+        model, target = self.model, self.model.target
         held = self.held
         length = min(length, len(held))
-        if length < len(held):
-            target = self.model.target
+        if length == len(held):
+            return length
+        mark = model._marks[self.seq]
+        if target.recurrent:
+            if length < mark or mark < 0:
+                model.empty(self.seq)
+                return 0
+            length = mark
+        try:
             if target.recurrent:
-                if self._mark < 0 or length < self._mark:
-                    length = 0
-                    target.reset_sequence(self.seq)
-                else:
-                    length = self._mark
-                    target.restore_recurrent(self.seq)
-                    target.rewind(length, self.seq)
-            else:
-                target.rewind(length, self.seq)
-            del held[length:]
+                target.restore_recurrent(self.seq)
+            target.rewind(length, self.seq)
+        except ValueError:  # the ring no longer holds position `length`
+            model.empty(self.seq)
+            return 0
+        del held[length:]
         return length
 
     def mark(self) -> None:
         """Remembers this point as one a recurrent draft can rewind to (a no-op otherwise)."""
-        target = self.model.target
-        if target.recurrent:
-            target.snapshot_recurrent(self.seq)
-            self._mark = len(self.held)
+        model = self.model
+        if model.target.recurrent:
+            model.target.snapshot_recurrent(self.seq)
+            model._marks[self.seq] = len(self.held)
 
     def extend(self, tokens: Sequence[int], top_k: int) -> Step:
         """Forwards `tokens` after what is held (one batched forward, chunked when long);
@@ -109,8 +131,7 @@ class DraftSequence:
             out = self.model.target.spec_forward(tokens, top_k=top_k, seq=self.seq)
         except BaseException:
             # what the forward left behind is unknown: the next drafting starts afresh
-            self.model._held[self.seq] = []
-            self.model.target.reset_sequence(self.seq)
+            self.model.empty(self.seq)
             raise
         self.held.extend(int(t) for t in tokens)
         return out.logits[-1], out.ids[-1]

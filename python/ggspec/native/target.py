@@ -153,16 +153,17 @@ class Target:
 
     def attach_draft_model(self, path: str | os.PathLike, *, n_threads: int | None = None) -> DraftSequence:
         """Loads a smaller language model of the same vocabulary (its own GGUF) to draft for
-        this target: its context is this target's, a sequence of it per sequence of this,
-        with n_threads threads (default: this target's), which take turns with this
-        target's on the same cores. Replaces the one attached before. Raises
+        this target: its context, device and multi-row kernel path are this target's, a
+        sequence of it per sequence of this, with n_threads threads (default: this
+        target's), which take turns with this target's on the same cores. Replaces the one
+        attached before. Raises
         ModelFormatError for a file ggspec cannot run; the vocabulary is the caller's to
         check (ggspec.text.vocab_match)."""
         path = os.fspath(path)
         draft = load(path, n_ctx=self.max_context_length, n_threads=self.n_threads if n_threads is None else n_threads,
-                     max_verify_rows=self.max_verify_rows)
+                     max_verify_rows=self.max_verify_rows, device=self.device, row_kernels=self.row_kernels)
         with self._lock:
-            self._draft_model = DraftModel(draft, self, path)
+            self._draft_model = DraftModel(draft, self, path, threads_asked=n_threads)
         return DraftSequence(self._draft_model)
 
     def pause_threads(self) -> None:
@@ -207,12 +208,17 @@ class Target:
         """What the caches take, in bytes: the KV cache (every sequence's region, each
         the same size), the recurrent states (one per sequence), and what a verify keeps
         per row to roll back without a re-forward; a batch keeps at most max_verify_rows
-        such rows for each verifying sequence, in its graph's memory."""
+        such rows for each verifying sequence, in its graph's memory; with a draft model
+        attached, its KV and recurrent states (draft_model_bytes)."""
         with self._lock:
             n = self._core.n_seqs
-            return {"sequences": n, "kv_bytes": self._core.kv_bytes, "kv_bytes_per_sequence": self._core.kv_bytes // n,
-                    "recurrent_state_bytes": self._core.recurrent_state_bytes,
-                    "verify_row_state_bytes": self._core.state_row_bytes}
+            memory = {"sequences": n, "kv_bytes": self._core.kv_bytes, "kv_bytes_per_sequence": self._core.kv_bytes // n,
+                      "recurrent_state_bytes": self._core.recurrent_state_bytes,
+                      "verify_row_state_bytes": self._core.state_row_bytes}
+        if self._draft_model is not None:  # the draft model's caches: its KV and states, every sequence's
+            draft = self._draft_model.target.memory
+            memory["draft_model_bytes"] = draft["kv_bytes"] + draft["recurrent_state_bytes"]
+        return memory
 
     @property
     def max_verify_rows(self) -> int:

@@ -16,6 +16,8 @@ defines no distribution, so its q stays one-hot (match mode's acceptance).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ggspec.speculators.base import TOP_K, DraftContext, Speculator, rows_top_k
@@ -56,7 +58,10 @@ class BlockDraftSpeculator(Speculator):
         q_of = ctx.sampler if ctx.sampler is not None and not self.drafter.lattice else None  # a lattice has no q
         top_k = TOP_K if q_of is None else min(rows_top_k(q_of), self.drafter.head_rows)
         draft = self.drafter.draft(ctx.history[-1], ctx.position, window + 1, top_k)
-        tokens, probabilities = draft.walk()
+        # the gate reads the walk over each row's TOP_K logits, whatever the rows hold for q
+        gated = draft if top_k == TOP_K else dataclasses.replace(draft, values=draft.values[:, :TOP_K],
+                                                                 ids=draft.ids[:, :TOP_K])
+        tokens, probabilities = gated.walk()
         self._q = []
         prefix = 1.0
         n = 0

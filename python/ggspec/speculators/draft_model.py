@@ -53,6 +53,7 @@ class DraftModelSpeculator(Speculator):
     def reset(self) -> None:
         self._q: list = []     # rejection mode: the last proposal's q per draft
         self._synced = 0       # history positions [0, _synced) are what the draft holds
+        self._stamp = None     # the draft sequence's stamp when _synced was set
         self._unknown_at = -1  # the first history position whose token the draft lacks
         self.window.reset()
 
@@ -67,7 +68,7 @@ class DraftModelSpeculator(Speculator):
         if limit < 1:
             return 0
         q_of = ctx.sampler  # rejection mode: draw from q
-        top_k = rows_top_k(q_of)
+        top_k = min(rows_top_k(q_of), self.draft.n_vocab)
         step = self._sync(ctx.history, position + 1, top_k)
         if step is None:
             return 0
@@ -90,6 +91,7 @@ class DraftModelSpeculator(Speculator):
             if len(drafts) == limit:
                 break
             values, ids = self.draft.extend([token], top_k)
+        self._stamp = self.draft.stamp  # the drafts it holds past _synced are its own
         self.draft.pause()
         if not ctx.shadow:  # a shadow proposal is never verified: nothing to learn from its commit
             self.window.proposed(drafts, position)
@@ -111,7 +113,8 @@ class DraftModelSpeculator(Speculator):
             return None
         held = self.draft.held
         top = min(len(held), end - 1)  # the last token is forwarded again: its row is the draft's
-        keep = min(self._synced, top)
+        # someone else moved the draft's cache (another user of the sequence): check it all
+        keep = min(self._synced, top) if self.draft.stamp == self._stamp else 0
         while keep < top and held[keep] == history[keep]:
             keep += 1
         keep = self.draft.rewind(keep)
@@ -119,10 +122,11 @@ class DraftModelSpeculator(Speculator):
         unknown = next((i for i, t in enumerate(missing) if t >= self.draft.n_vocab), None)
         if unknown is not None:
             self._unknown_at = keep + unknown
-            self._synced = keep
+            self._synced, self._stamp = keep, self.draft.stamp
             return None
-        self._synced = end
-        return self.draft.extend(missing, top_k) if missing else None
+        step = self.draft.extend(missing, top_k) if missing else None
+        self._synced, self._stamp = end, self.draft.stamp
+        return step
 
 
 __all__ = ["DraftModelSpeculator"]
