@@ -202,6 +202,10 @@ def test_sizing_the_sequences_again_keeps_what_the_draft_holds(tiny_model):
     target.set_sequences(2)
     assert sequence.held == [] and target.draft_model.for_sequence(1).held == []
     assert target.memory["draft_model_bytes"] > 0
+    two_f16 = target.memory["draft_model_bytes"]
+    wide = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2, kv_type="f32")
+    wide.attach_draft_model(tiny_model("llama", "f32"))
+    assert wide.memory["draft_model_bytes"] == two_f16  # one sequence at f32: the target's KV type
 
 
 # --- vocabularies --------------------------------------------------------------------

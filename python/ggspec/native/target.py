@@ -109,9 +109,10 @@ class Target:
     Safe to call from several threads: calls are serialised, one at a time. A
     sequence is still one sequence, though: use an Engine to share a model."""
 
-    def __init__(self, core: _core.Target, path: str):
+    def __init__(self, core: _core.Target, path: str, kv_type: str = "f16"):
         self._core = core
         self.path = path
+        self.kv_type = kv_type  # as loaded: an attached draft model's cache takes the same type
         # Every call into the core (the head's and the drafter's too) holds this lock:
         # forwards release the GIL, and two threads inside one model corrupt it.
         self._lock = threading.RLock()
@@ -153,7 +154,7 @@ class Target:
 
     def attach_draft_model(self, path: str | os.PathLike, *, n_threads: int | None = None) -> DraftSequence:
         """Loads a smaller language model of the same vocabulary (its own GGUF) to draft for
-        this target: its context, device and multi-row kernel path are this target's, a
+        this target: its context, device, KV type and multi-row kernel path are this target's, a
         sequence of it per sequence of this, with n_threads threads (default: this
         target's), which take turns with this target's on the same cores. Replaces the one
         attached before. Raises
@@ -161,7 +162,8 @@ class Target:
         check (ggspec.text.vocab_match)."""
         path = os.fspath(path)
         draft = load(path, n_ctx=self.max_context_length, n_threads=self.n_threads if n_threads is None else n_threads,
-                     max_verify_rows=self.max_verify_rows, device=self.device, row_kernels=self.row_kernels)
+                     max_verify_rows=self.max_verify_rows, device=self.device, row_kernels=self.row_kernels,
+                     kv_type=self.kv_type)
         with self._lock:
             self._draft_model = DraftModel(draft, self, path, threads_asked=n_threads)
         return DraftSequence(self._draft_model)
@@ -488,7 +490,7 @@ def load(
                         row_kernels=_row_kernels(row_kernels),
                         recurrent_rollback=recurrent_rollback,
                         recurrent_snapshot_mb=float(recurrent_snapshot_mb))
-    return Target(core, path)
+    return Target(core, path, kv_type)
 
 
 __all__ = ["Target", "BatchItem", "architectures", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
