@@ -23,7 +23,8 @@ from ggspec.text.vocab import load_vocab
 from ggspec.text.vocab_match import vocabulary_mismatch
 
 #: general.architecture values of block drafter GGUFs that ggspec can attach; a file of
-#: an architecture ggspec runs as a target (ggspec._architectures()) is a draft model.
+#: an architecture ggspec runs as a target (ggspec.native.target.architectures()) is a
+#: draft model.
 SUPPORTED_DRAFTERS: tuple[str, ...] = ("dflash",)
 
 

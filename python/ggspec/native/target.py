@@ -154,12 +154,11 @@ class Target:
 
     def attach_draft_model(self, path: str | os.PathLike, *, n_threads: int | None = None) -> DraftSequence:
         """Loads a smaller language model of the same vocabulary (its own GGUF) to draft for
-        this target: its context, device, KV type and multi-row kernel path are this target's, a
-        sequence of it per sequence of this, with n_threads threads (default: this
-        target's), which take turns with this target's on the same cores. Replaces the one
-        attached before. Raises
-        ModelFormatError for a file ggspec cannot run; the vocabulary is the caller's to
-        check (ggspec.text.vocab_match)."""
+        this target: its context, device, KV type and multi-row kernel path are this
+        target's, a sequence of it per sequence of this, with n_threads threads (default:
+        this target's), which take turns with this target's on the same cores. Replaces the
+        one attached before. Raises ModelFormatError for a file ggspec cannot run; the
+        vocabulary is the caller's to check (ggspec.text.vocab_match)."""
         path = os.fspath(path)
         draft = load(path, n_ctx=self.max_context_length, n_threads=self.n_threads if n_threads is None else n_threads,
                      max_verify_rows=self.max_verify_rows, device=self.device, row_kernels=self.row_kernels,
@@ -493,5 +492,5 @@ def load(
     return Target(core, path, kv_type)
 
 
-__all__ = ["Target", "BatchItem", "architectures", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError", "physical_cores",
-           "token_array", "usable_cpus"]
+__all__ = ["Target", "BatchItem", "architectures", "ForwardResult", "load", "ModelFormatError", "ContextOverflowError",
+           "physical_cores", "token_array", "usable_cpus"]

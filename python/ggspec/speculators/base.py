@@ -28,6 +28,18 @@ def rows_top_k(sampler) -> int:
     return max(sampler.forward_top_k or CHAIN_ROWS_WITHOUT_TOP_K, TOP_K)
 
 
+def pick_draft(sampler, values: np.ndarray, ids: np.ndarray, position: int,
+               n_vocab: int | None = None) -> "tuple[int, tuple[np.ndarray, np.ndarray] | None] | None":
+    """A drafter row's draft for output position `position`, as (token, q): in match mode
+    (sampler None) the row's best id, with no q (a one-hot); in rejection mode drawn from
+    q, the request's chain over the row. None where the row has no draft: its best id is
+    one the target lacks (>= n_vocab), or the chain keeps no id the target has."""
+    if sampler is None:
+        token = int(ids[0])
+        return None if n_vocab is not None and token >= n_vocab else (token, None)
+    return sampler.sample(values, ids, position)
+
+
 def top1_probability(top_logits: np.ndarray) -> float:
     """Softmax of the best logit over the top-k logits (best first; the first TOP_K)."""
     top_logits = top_logits[:TOP_K]
@@ -102,11 +114,15 @@ class Speculator(ABC):
         """Appends up to ctx.max_draft guesses for the tokens after ctx.history to
         `out`; returns how many (0 = take a plain step)."""
 
+    #: the q of each draft of the last proposal, as pick_draft gave it (None: a one-hot);
+    #: a speculator that draws its drafts sets it in each proposal
+    proposal_q: Sequence = ()
+
     def draft_probabilities(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
         """(ids, probs) of the distribution draft `index` of the last proposal was
         drawn from, for the rejection acceptance mode; None = deterministic (a
         one-hot at the proposed token)."""
-        return None
+        return self.proposal_q[index] if index < len(self.proposal_q) else None
 
     def begin(self, history: Sequence[int]) -> None:
         """The prompt is in the target's KV, and history (the runtime's live list) ends

@@ -20,7 +20,7 @@ import dataclasses
 
 import numpy as np
 
-from ggspec.speculators.base import TOP_K, DraftContext, Speculator, rows_top_k
+from ggspec.speculators.base import TOP_K, DraftContext, Speculator, pick_draft, rows_top_k
 
 
 class BlockDraftSpeculator(Speculator):
@@ -41,7 +41,6 @@ class BlockDraftSpeculator(Speculator):
     def reset(self) -> None:
         # runs of consecutive committed positions: [first position, end, feature row blocks]
         self._queued: list[list] = []
-        self._q: list = []  # rejection mode: the last proposal's q per draft
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
         if self._queued and self._queued[-1][1] == start_pos:
@@ -62,7 +61,7 @@ class BlockDraftSpeculator(Speculator):
         gated = draft if top_k == TOP_K else dataclasses.replace(draft, values=draft.values[:, :TOP_K],
                                                                  ids=draft.ids[:, :TOP_K])
         tokens, probabilities = gated.walk()
-        self._q = []
+        self.proposal_q = []
         prefix = 1.0
         n = 0
         for i, (token, p) in enumerate(zip(tokens, probabilities)):
@@ -70,18 +69,14 @@ class BlockDraftSpeculator(Speculator):
             if prefix < self.min_draft_prob:
                 break
             if q_of is not None:  # each row's own q: the block's rows do not read each other's drafts
-                drawn = q_of.sample(draft.values[i], draft.ids[i], ctx.position + 1 + i)
-                if drawn is None:
+                picked = pick_draft(q_of, draft.values[i], draft.ids[i], ctx.position + 1 + i)
+                if picked is None:
                     break
-                token = drawn[0]
-                self._q.append(drawn[1])
+                token, q = picked
+                self.proposal_q.append(q)
             out.append(token)
             n += 1
         return n
-
-    def draft_probabilities(self, index: int):
-        """q of draft `index` of the last proposal (rejection mode, DFlash), else None."""
-        return self._q[index] if index < len(self._q) else None
 
 
 __all__ = ["BlockDraftSpeculator"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ggspec.speculators.base import DraftContext, Speculator, rows_top_k, top1_probability
+from ggspec.speculators.base import DraftContext, Speculator, pick_draft, rows_top_k, top1_probability
 
 class DraftHeadSpeculator(Speculator):
     name = "draft-head"
@@ -45,7 +45,6 @@ class DraftHeadSpeculator(Speculator):
         self._tokens: list[int] = []          # committed tokens after those, not yet through the head
         self._before: list[np.ndarray] = []   # the trunk's hidden row before each of them
         self._last_row = self._zero_row       # the trunk's hidden row at the last committed position
-        self._q: list = []                    # rejection mode: the last proposal's q per draft
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
         for i, token in enumerate(tokens):
@@ -81,26 +80,19 @@ class DraftHeadSpeculator(Speculator):
             values, ids, row = self.head.draft_step(tokens[-1], before[-1], position, top_k)
         self._exact, self._tokens, self._before = position + 1, [], []
 
-        n, self._q = 0, []
+        n, self.proposal_q = 0, []
         while top1_probability(values) >= self.min_draft_prob:
-            if q_of is None:
-                token = int(ids[0])
-            else:
-                drawn = q_of.sample(values, ids, position + 1 + n)
-                if drawn is None:
-                    break
-                token = drawn[0]
-                self._q.append(drawn[1])
+            picked = pick_draft(q_of, values, ids, position + 1 + n)
+            if picked is None:
+                break
+            token, q = picked
+            self.proposal_q.append(q)
             out.append(token)
             n += 1
             if n >= ctx.max_draft:
                 break
             values, ids, row = self.head.draft_step(token, row, position + n, top_k)
         return n
-
-    def draft_probabilities(self, index: int):
-        """q of draft `index` of the last proposal (rejection mode), else None (its argmax)."""
-        return self._q[index] if index < len(self._q) else None
 
 
 __all__ = ["DraftHeadSpeculator"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ggspec.speculators.base import TOP_K, DraftContext, Speculator, rows_top_k, top1_probability
+from ggspec.speculators.base import TOP_K, DraftContext, Speculator, pick_draft, rows_top_k, top1_probability
 from ggspec.speculators.window import AdaptiveWindow
 
 
@@ -51,7 +51,6 @@ class DraftModelSpeculator(Speculator):
         self.reset()
 
     def reset(self) -> None:
-        self._q: list = []     # rejection mode: the last proposal's q per draft
         self._synced = 0       # history positions [0, _synced) are what the draft holds
         self._stamp = None     # the draft sequence's stamp when _synced was set
         self._unknown_at = -1  # the first history position whose token the draft lacks
@@ -74,19 +73,14 @@ class DraftModelSpeculator(Speculator):
             return 0
         self.draft.mark()  # a recurrent draft rolls back to here
         drafts: list[int] = []
-        self._q = []
+        self.proposal_q = []
         values, ids = step
         while top1_probability(values) >= self.min_draft_prob:
-            if q_of is None:
-                token = int(ids[0])
-                if token >= self.target_vocab:
-                    break
-            else:
-                drawn = q_of.sample(values, ids, position + 1 + len(drafts))
-                if drawn is None:
-                    break
-                token = drawn[0]
-                self._q.append(drawn[1])
+            picked = pick_draft(q_of, values, ids, position + 1 + len(drafts), self.target_vocab)
+            if picked is None:
+                break
+            token, q = picked
+            self.proposal_q.append(q)
             drafts.append(token)
             if len(drafts) == limit:
                 break
@@ -97,10 +91,6 @@ class DraftModelSpeculator(Speculator):
             self.window.proposed(drafts, position)
         out.extend(drafts)
         return len(drafts)
-
-    def draft_probabilities(self, index: int):
-        """q of draft `index` of the last proposal (rejection mode), else None (its argmax)."""
-        return self._q[index] if index < len(self._q) else None
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
         self.window.landed(tokens, start_pos)

@@ -158,7 +158,8 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 _FLAG_FIELDS = {"enabled": "spec_enabled", "spec_type": "spec_type", "draft": "spec_draft", "pmin": "spec_pmin",
-                "draft_model": "spec_draft_model", "draft_threads": "spec_draft_threads", "governor": "spec_governor", "accept": "spec_accept"}
+                "draft_model": "spec_draft_model", "draft_threads": "spec_draft_threads",
+                "governor": "spec_governor", "accept": "spec_accept"}
 
 
 def spec_options_from(args: argparse.Namespace | None = None,
