@@ -65,10 +65,10 @@ def run(target: ggspec.Target, config: str, prompt: list[int], n: int, window: i
     if config == "plain":
         execution = SpeculativeExecution(target, sampler)
     else:
-        speculator = DraftHeadSpeculator(target.nextn_head, target.n_embd, window, min_draft_prob=0.0,
+        speculator = DraftHeadSpeculator(target.draft_head, window, min_draft_prob=0.0,
                                          fold_catch_up=config != "unfolded")
         execution = SyntheticAcceptance(target, sampler, speculator, rate=rate, seed=seed)
-    head_calls = target.nextn_head.graph_calls
+    head_calls = target.draft_head.graph_calls
     tokens, _, seconds = timed_generation(execution, prompt, n)
     stats = execution.stats.as_dict()
     n_steps = max(1, stats["verify_steps"] + stats["plain_steps"])
@@ -81,7 +81,7 @@ def run(target: ggspec.Target, config: str, prompt: list[int], n: int, window: i
            for phase in ("draft", "verify", "rollback", "snapshot", "commit")},
         "reforwards_per_step": stats["reforwards"] / n_steps,
         "state_bytes_per_step": stats["state_transfer_bytes"] / n_steps,
-        "head_calls_per_verify": ((target.nextn_head.graph_calls - head_calls) / stats["verify_steps"]
+        "head_calls_per_verify": ((target.draft_head.graph_calls - head_calls) / stats["verify_steps"]
                                   if stats["verify_steps"] else 0.0),
     }
 

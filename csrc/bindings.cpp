@@ -100,35 +100,41 @@ py::tuple target_forward_batch(Target & t, const std::vector<std::tuple<int64_t,
     return arrays.result();
 }
 
-// (top-k logits [top_k], top-k ids [top_k], output hidden row [n_embd]) for the last
-// row; top_k 0 asks for nothing (a catch-up) and returns Nones.
+DraftHead & head_of(Target & t) {
+    if (!t.draft_head()) throw std::invalid_argument("this model carries no draft head and none is attached");
+    return *t.draft_head();
+}
+
+// (top-k logits, top-k ids, output row [chained_width]) for the last row, at most
+// head_rows ids; top_k 0 asks for nothing (a catch-up) and returns Nones. chained: the
+// rows read the head's own output rows, else the trunk's.
 py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & hidden, int64_t start, int top_k,
-                       int64_t seq) {
-    DraftHead * head = t.draft_head();
-    if (!head) throw std::invalid_argument("this model carries no draft head");
-    const int64_t n_embd = head->hparams().n_embd;
-    if (tokens.ndim() != 1 || hidden.ndim() != 2 || hidden.shape(0) != tokens.shape(0) || hidden.shape(1) != n_embd) {
-        throw std::invalid_argument("a draft head takes n token ids and an [n, " + std::to_string(n_embd) +
-                                    "] array of the hidden rows before them");
+                       int64_t seq, bool chained) {
+    DraftHead & head = head_of(t);
+    const int64_t width = chained ? head.chained_width() : head.trunk_width();
+    if (tokens.ndim() != 1 || hidden.ndim() != 2 || hidden.shape(0) != tokens.shape(0) || hidden.shape(1) != width) {
+        throw std::invalid_argument("a draft head takes n token ids and an [n, " + std::to_string(width) + "] array of " +
+                                    (chained ? "its own output rows" : "the trunk rows") + " before them");
     }
-    if (top_k < 0 || top_k > head->hparams().n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
+    if (top_k < 0 || top_k > head.hparams().n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
     ForwardOutputs out;
     if (top_k == 0) {
         {
             py::gil_scoped_release release;
-            head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, 0, out, seq);
+            head.forward(tokens.data(), hidden.data(), tokens.shape(0), start, 0, out, seq, chained);
         }
         return py::make_tuple(py::none(), py::none(), py::none());
     }
-    auto values = py::array_t<float>(top_k);
-    auto ids = py::array_t<int32_t>(top_k);
-    auto out_hidden = py::array_t<float>(n_embd);
+    const int64_t k = std::min<int64_t>(top_k, head.head_rows());
+    auto values = py::array_t<float>(k);
+    auto ids = py::array_t<int32_t>(k);
+    auto out_hidden = py::array_t<float>(head.chained_width());
     out.values = values.mutable_data();
     out.ids = ids.mutable_data();
     out.hidden = out_hidden.mutable_data();
     {
         py::gil_scoped_release release;
-        head->forward(tokens.data(), hidden.data(), tokens.shape(0), start, top_k, out, seq);
+        head.forward(tokens.data(), hidden.data(), tokens.shape(0), start, top_k, out, seq, chained);
     }
     return py::make_tuple(values, ids, out_hidden);
 }
@@ -312,20 +318,21 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("max_batch_rows", &Target::max_batch_rows)
         .def("seq_len_of", &Target::seq_len, py::arg("seq"))
         .def("head_forward", &head_forward, py::arg("tokens"), py::arg("hidden"), py::arg("start"), py::arg("top_k"),
-             py::arg("seq") = 0,
-             "Draft-head rows at positions start..; returns (top-k logits, top-k ids, output hidden) of the last row.")
+             py::arg("seq") = 0, py::arg("chained") = false,
+             "Draft-head rows for the tokens at positions start..; returns (top-k logits, top-k ids, output row) of "
+             "the last row.")
         .def(
-            "head_skip",
-            [](Target & t, int64_t from, int64_t to, int64_t seq) {
-                if (!t.draft_head()) throw std::invalid_argument("this model carries no draft head");
-                t.draft_head()->skip(from, to, seq);
-            },
+            "head_skip", [](Target & t, int64_t from, int64_t to, int64_t seq) { head_of(t).skip(from, to, seq); },
             py::arg("from"), py::arg("to"), py::arg("seq") = 0,
             "Forgets the head's positions from `from` on and goes on at `to`, the ones between masked.")
+        .def("attach_draft_head", &Target::attach_draft_head, py::arg("path"), py::call_guard<py::gil_scoped_release>())
         .def_property_readonly("has_draft_head", [](Target & t) { return t.draft_head() != nullptr; })
         .def_property_readonly("head_graph_calls",
                                [](Target & t) { return t.draft_head() ? t.draft_head()->graph_calls() : 0; })
         .def_property_readonly("head_seq_len", [](Target & t) { return t.draft_head() ? t.draft_head()->seq_len() : 0; })
+        .def_property_readonly("head_trunk_taps", [](Target & t) { return head_of(t).model().trunk_taps; })
+        .def_property_readonly("head_trunk_width", [](Target & t) { return head_of(t).trunk_width(); })
+        .def_property_readonly("head_chained_width", [](Target & t) { return head_of(t).chained_width(); })
         .def("attach_drafter", &Target::attach_drafter, py::arg("path"), py::arg("use_conv") = true,
              py::arg("use_selector") = true, py::arg("fused") = true, py::call_guard<py::gil_scoped_release>())
         .def("drafter_inject", &drafter_inject, py::arg("features"), py::arg("start"), py::arg("seq") = 0)

@@ -7,6 +7,7 @@
 
 #include "buffers.h"
 #include "errors.h"
+#include "models/head_model.h"
 
 namespace ggspec {
 
@@ -90,17 +91,7 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
         throw ModelFormatError("drafter '" + path + "' names mask token " + std::to_string(d_.mask_token) +
                                ", outside the vocabulary of " + std::to_string(target.n_vocab));
     }
-    if (dw_.d2t) {
-        // read now, while the file's data is mapped; every entry must be a target token
-        head_to_token_.resize((size_t) ggml_nelements(dw_.d2t));  // I64, checked at load
-        file_->read_tensor(dw_.d2t, head_to_token_.data());
-        for (int64_t id : head_to_token_) {
-            if (id < 0 || id >= target.n_vocab) {
-                throw ModelFormatError("drafter '" + path + "' maps a draft row to token " + std::to_string(id) +
-                                       " (d2t), outside the vocabulary of " + std::to_string(target.n_vocab));
-            }
-        }
-    }
+    if (dw_.d2t) head_to_token_ = read_token_map(*file_, dw_.d2t, target.n_vocab, "drafter");
     // Borrowed from the target: its embedding, and its LM head unless the
     // drafter ships one (tied to its own embedding when it ships only that).
     hp_.n_vocab = target.n_vocab;

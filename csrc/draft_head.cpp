@@ -6,32 +6,36 @@
 
 namespace ggspec {
 
-DraftHead::DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, const ModelFile & file, const Architecture & arch,
-                     const Hparams & trunk, const ModelWeights & trunk_w, const DrafterOptions & opt)
-    : dev_(dev), backend_(backend), arch_(arch), opt_(opt) {
-    arch.load_nextn(file, trunk, trunk_w, hp_, w_);
+DraftHead::DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, HeadModel model, const DrafterOptions & opt)
+    : dev_(dev), backend_(backend), opt_(opt), m_(std::move(model)) {
     set_n_seqs(opt.n_seqs);
 }
 
 void DraftHead::set_n_seqs(int64_t n) {
-    runner_.reset();  // its graphs hold views of the old cache: freed first
+    runner_.reset();  // their graphs hold views of the old cache: freed first
+    chained_.reset();
     kv_.reset();
     opt_.n_seqs = n;
-    kv_ = std::make_unique<KvCache>(dev_, hp_, opt_.n_ctx, opt_.max_rows, opt_.kv_type, n);
-    runner_ = std::make_unique<GraphRunner>(
-        backend_, ModelBody{hp_, w_, *kv_, nullptr, arch_.build_nextn, /*hidden_width=*/hp_.n_embd}, opt_.row_kernels,
-        opt_.graph_budget_bytes);
+    kv_ = std::make_unique<KvCache>(dev_, m_.hp, opt_.n_ctx, opt_.max_rows, opt_.kv_type, n);
+    runner_ = std::make_unique<GraphRunner>(backend_, ModelBody{m_.hp, m_.w, *kv_, nullptr, m_.build, m_.trunk_width},
+                                            opt_.row_kernels, opt_.graph_budget_bytes);
+    if (m_.build_chained) {
+        chained_ = std::make_unique<GraphRunner>(
+            backend_, ModelBody{m_.hp, m_.w, *kv_, nullptr, m_.build_chained, m_.chained_width()}, opt_.row_kernels,
+            opt_.graph_budget_bytes);
+    }
 }
 
 void DraftHead::skip(int64_t from, int64_t to, int64_t seq) {
     check_seq(seq);
-    if (from < 0 || from > kv_->seq_len(seq) || to < from || to > kv_->n_ctx()) {
+    if (from < 0 || from > seq_len(seq) || to < from || to - m_.first_token > kv_->n_ctx()) {
         throw std::invalid_argument("draft head skip from " + std::to_string(from) + " to " + std::to_string(to) +
-                                    ": it holds " + std::to_string(kv_->seq_len(seq)) + " positions of " +
+                                    ": it holds " + std::to_string(seq_len(seq)) + " positions of " +
                                     std::to_string(kv_->n_ctx()));
     }
-    kv_->rewind(from, seq);
-    kv_->skip(to - from, seq);
+    const int64_t kv_from = std::max<int64_t>(from - m_.first_token, 0), kv_to = std::max<int64_t>(to - m_.first_token, 0);
+    kv_->rewind(kv_from, seq);
+    kv_->skip(kv_to - kv_from, seq);
 }
 
 void DraftHead::check_seq(int64_t seq) const {
@@ -42,43 +46,56 @@ void DraftHead::check_seq(int64_t seq) const {
 }
 
 void DraftHead::forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
-                        const ForwardOutputs & out, int64_t seq) {
+                        const ForwardOutputs & out, int64_t seq, bool chained) {
     if (n <= 0) throw std::invalid_argument("a draft head forward needs at least one row");
     check_seq(seq);
-    if (start < 0 || start > kv_->seq_len(seq)) {
+    if (start < 0 || start > seq_len(seq)) {
         throw std::invalid_argument("draft head rows start at " + std::to_string(start) + ", but the head holds " +
-                                    std::to_string(kv_->seq_len(seq)) + " positions (rows must continue them)");
+                                    std::to_string(seq_len(seq)) + " positions (rows must continue them)");
     }
-    if (start + n > kv_->n_ctx()) {
+    if (start + n - m_.first_token > kv_->n_ctx()) {
         throw std::invalid_argument("draft head rows up to position " + std::to_string(start + n) +
                                     " exceed the context of " + std::to_string(kv_->n_ctx()));
     }
     for (int64_t i = 0; i < n; ++i) {
-        if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
+        if (tokens[i] < 0 || tokens[i] >= m_.hp.n_vocab) {
             throw std::invalid_argument("draft head token id " + std::to_string(tokens[i]) + " is outside the vocabulary");
         }
     }
-    kv_->rewind(start, seq);
+    const int64_t width = chained ? m_.chained_width() : m_.trunk_width;
+    const int64_t dropped = std::min(n, std::max<int64_t>(m_.first_token - start, 0));  // tokens with no row
+    if (dropped == n && top_k > 0) {
+        throw std::invalid_argument("the draft head has no row for token position " + std::to_string(start + n - 1) +
+                                    " (its rows begin at " + std::to_string(m_.first_token) + ")");
+    }
+    const int64_t kv_start = start + dropped - m_.first_token;
+    kv_->rewind(kv_start, seq);
+    if (dropped == n) return;
+    GraphRunner & runner = chained && chained_ ? *chained_ : *runner_;
+    top_k = (int) std::min<int64_t>(top_k, m_.head_rows());
     try {
-        runner_->run(
-            n, opt_.max_rows, tokens, hidden,
+        runner.run(
+            n - dropped, opt_.max_rows, tokens + dropped, hidden + dropped * width,
             [&](GraphKey & key, const Chunk & c) {
                 key.n_out = c.last && top_k > 0 ? 1 : 0;
                 key.top_k = key.n_out > 0 ? top_k : 0;
-                if (c.last && out.hidden) key.taps = {-1};
+                if (c.last && out.hidden) key.taps = {m_.chain_tap};
             },
             [&](CachedGraph & g, const GraphKey & key, const Chunk & c) {
                 if (!c.last) return;
-                hidden_rows_.resize((size_t) (c.n_rows * hp_.n_embd));
+                hidden_rows_.resize((size_t) (c.n_rows * m_.chained_width()));
                 ForwardOutputs rows = out;
                 rows.hidden = out.hidden ? hidden_rows_.data() : nullptr;
-                runner_->read_outputs(g, key, 0, 0, rows);
-                if (out.hidden) std::copy(hidden_rows_.end() - hp_.n_embd, hidden_rows_.end(), out.hidden);
+                runner.read_outputs(g, key, 0, 0, rows);
+                if (out.hidden) std::copy(hidden_rows_.end() - m_.chained_width(), hidden_rows_.end(), out.hidden);
             },
             seq);
     } catch (...) {
-        kv_->rewind(start, seq);
+        kv_->rewind(kv_start, seq);
         throw;
+    }
+    if (top_k > 0 && out.ids && !m_.head_to_token.empty()) {  // a reduced head's rows as target tokens
+        for (int i = 0; i < top_k; ++i) out.ids[i] = (int32_t) m_.head_to_token[(size_t) out.ids[i]];
     }
 }
 

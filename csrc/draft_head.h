@@ -1,15 +1,16 @@
-// A per-token draft head stored in the target's own GGUF (MTP / NextN): one
-// block after the trunk's that reads a token and the trunk's final hidden row
-// before it, and predicts the token after. It keeps its own KV cache and
-// borrows what it lacks (embeddings, LM head, final norm) from the trunk's
-// bound weights, never copying them.
+// A per-token draft head (models/head_model.h: a NextN block of the target's
+// GGUF, or an EAGLE-3 drafter GGUF): each row reads a token and the trunk's
+// row(s) before it, or a chained draft's own output row, and predicts the token
+// after. It keeps its own KV cache and borrows what it lacks (embeddings, LM
+// head, final norm) from the trunk's bound weights, never copying them.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "forward_runner.h"
 #include "kv_cache.h"
-#include "model_file.h"
+#include "models/head_model.h"
 
 namespace ggspec {
 
@@ -24,17 +25,18 @@ struct DrafterOptions {
 
 class DraftHead {
 public:
-    DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, const ModelFile & file, const Architecture & arch,
-              const Hparams & trunk, const ModelWeights & trunk_w, const DrafterOptions & opt);
+    DraftHead(ggml_backend_dev_t dev, ggml_backend_t backend, HeadModel model, const DrafterOptions & opt);
 
-    // Rows of sequence `seq` at positions start.., each a token and the hidden
-    // row before it ([n, n_embd]). The head first forgets that sequence's KV
-    // from `start` on (positions there held chained drafts). For the last row
-    // it writes the top_k ids and logits (top_k > 0) and its output hidden row
-    // (out.hidden, n_embd floats).
+    // Rows of sequence `seq` for the tokens at positions start.., each a token and the
+    // row before it: the trunk's ([n, trunk_width()]), or for a chained draft the
+    // head's own output row ([n, chained_width()]). Positions are the tokens'; rows
+    // before first_token() have no head row and are dropped. The head first forgets
+    // that sequence's rows from `start` on (they held chained drafts). For the last
+    // row it writes the top_k ids (target tokens) and logits (top_k > 0; at most
+    // head_rows()) and its output row (out.hidden, chained_width() floats).
     void forward(const int32_t * tokens, const float * hidden, int64_t n, int64_t start, int top_k,
-                 const ForwardOutputs & out, int64_t seq = 0);
-    // Forgets sequence `seq`'s head positions from `from` on and goes on at `to`:
+                 const ForwardOutputs & out, int64_t seq = 0, bool chained = false);
+    // Forgets sequence `seq`'s rows from token position `from` on and goes on at `to`:
     // positions between stay empty, masked from attention (rows the head was not
     // worth catching up on while drafting was parked).
     void skip(int64_t from, int64_t to, int64_t seq = 0);
@@ -43,22 +45,26 @@ public:
     // One KV region per sequence of the target (Target::set_n_seqs); empties every one.
     void set_n_seqs(int64_t n);
 
-    const Hparams & hparams() const { return hp_; }
-    int64_t seq_len(int64_t seq = 0) const { return kv_->seq_len(seq); }
-    uint64_t graph_calls() const { return runner_->computes(); }
-    uint64_t graph_builds() const { return runner_->builds(); }
+    const Hparams & hparams() const { return m_.hp; }
+    const HeadModel & model() const { return m_; }
+    int64_t trunk_width() const { return m_.trunk_width; }
+    int64_t chained_width() const { return m_.chained_width(); }
+    int64_t head_rows() const { return m_.head_rows(); }
+    // The token positions sequence `seq` holds rows for, from 0 (those before first_token have none).
+    int64_t seq_len(int64_t seq = 0) const { return kv_->seq_len(seq) + m_.first_token; }
+    uint64_t graph_calls() const { return runner_->computes() + (chained_ ? chained_->computes() : 0); }
+    uint64_t graph_builds() const { return runner_->builds() + (chained_ ? chained_->builds() : 0); }
 
 private:
     void check_seq(int64_t seq) const;
 
     ggml_backend_dev_t dev_;
     ggml_backend_t backend_;
-    const Architecture & arch_;
     DrafterOptions opt_;
-    Hparams hp_;
-    ModelWeights w_;
+    HeadModel m_;
     std::unique_ptr<KvCache> kv_;
-    std::unique_ptr<GraphRunner> runner_;
+    std::unique_ptr<GraphRunner> runner_;   // rows reading trunk rows
+    std::unique_ptr<GraphRunner> chained_;  // rows reading the head's own output; null: runner_ builds both
     std::vector<float> hidden_rows_;
 };
 

@@ -25,9 +25,6 @@ struct ForwardOutputs {
     float * hidden = nullptr;   // [n_rows, taps.size() * n_embd]
 };
 
-// A body's graph builder: the rows' hidden states after its final norm.
-using BuildBody = std::function<ggml_tensor *(ForwardGraph & g)>;
-
 struct ModelBody {
     const Hparams & hp;
     const ModelWeights & w;

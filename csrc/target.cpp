@@ -103,7 +103,8 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     }
     make_cache(1);
     if (hp_.n_nextn > 0 && arch_->load_nextn) {
-        head_ = std::make_unique<DraftHead>(dev_, backend_.get(), *file_, *arch_, hp_, w_, drafter_options());
+        head_ = std::make_unique<DraftHead>(dev_, backend_.get(), nextn_head_model(*file_, *arch_, hp_, w_),
+                                            drafter_options());
     }
     file_->check_all_used("ggspec's " + arch_name + " graph");
 }
@@ -136,6 +137,13 @@ void Target::set_n_seqs(int64_t n) {
 DrafterOptions Target::drafter_options() const {
     return DrafterOptions{opt_.n_ctx, std::max(opt_.prefill_chunk, opt_.max_verify_rows), n_seqs(),
                           kv_type_from_name(opt_.kv_type), row_kernels_, opt_.graph_budget_bytes};
+}
+
+void Target::attach_draft_head(const std::string & path) {
+    // built before the head it replaces goes: a file that fails leaves the target as it was
+    auto head = std::make_unique<DraftHead>(dev_, backend_.get(), eagle3_head_model(path, hp_, w_, dev_),
+                                            drafter_options());
+    head_ = std::move(head);
 }
 
 void Target::attach_drafter(const std::string & path, bool use_conv, bool use_selector, bool fused) {

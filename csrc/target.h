@@ -143,7 +143,9 @@ public:
     int64_t n_ctx() const { return kv_->n_ctx(); }
     uint64_t graph_builds() const { return runner_->builds(); }
     size_t graphs_cached() const { return runner_->cached(); }
-    DraftHead * draft_head() { return head_.get(); }  // null: the file carries none
+    DraftHead * draft_head() { return head_.get(); }  // null: the file carries none and none was attached
+    // Attaches an EAGLE-3 drafter GGUF as the draft head, in place of the file's own.
+    void attach_draft_head(const std::string & path);
     // Attaches a block drafter (DFlash) from its own GGUF, replacing any before.
     void attach_drafter(const std::string & path, bool use_conv = true, bool use_selector = true, bool fused = true);
     BlockDrafter * block_drafter() { return drafter_.get(); }  // null: none attached

@@ -191,7 +191,7 @@ def test_a_reused_prefix_keeps_the_output_and_drafting(targets):
 
 def test_auto_picks_an_attached_drafter_over_the_files_head(targets):
     target = targets["qwen35"]
-    assert target.nextn_head is not None and target.drafter is target.block_drafter
+    assert target.draft_head is not None and target.drafter is target.block_drafter
     assert registry.resolve("auto", target) == "block"
     speculator, reason = registry.create("draft-head", target, SpeculatorOptions())
     assert reason is None and speculator.name == "draft-head"  # the file's head stays reachable by name

@@ -46,8 +46,13 @@ def test_what_is_refused_says_why(tiny_model, tmp_path):
 
 
 def test_a_drafter_file_is_described_as_one(tmp_path):
+    from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
+
     out = json.loads(info(str(write_tiny_dflash(tmp_path / "d.gguf")), "--json"))
     assert out["architecture"] == "dflash" and out["spec_types"] == ["block"] and "drafter" in out["drafters"][0]
+    out = json.loads(info(str(write_tiny_eagle3(tmp_path / "e.gguf")), "--json"))
+    assert out["architecture"] == "eagle3" and out["spec_types"] == ["draft-head"]
+    assert out["drafters"] == ["eagle3 drafter for draft-head (attach it with --draft-model to a target)"]
 
 
 def test_the_text_form_has_one_line_per_fact(tiny_model):

@@ -172,7 +172,7 @@ def test_draft_head_matches_the_numpy_reference(tmp_path):
     ref = Qwen35Reference(path)
     _, hidden = ref.forward(TOKENS)
     before = np.concatenate([np.zeros((1, hidden["final"].shape[1]), np.float32), hidden["final"][:-1]])
-    head = ggspec.load(path, n_ctx=128).nextn_head
+    head = ggspec.load(path, n_ctx=128).draft_head
     values, ids, row = head.draft_catch_up_and_step(TOKENS, before, 0, 10)
     ref_logits, ref_rows = ref.mtp_forward(TOKENS, before)
     np.testing.assert_allclose(row, ref_rows[-1], rtol=0, atol=5e-3)
@@ -191,7 +191,7 @@ def test_draft_head_rows_are_batch_invariant(tmp_path):
     target = ggspec.load(path, n_ctx=128)
     hidden = target.spec_forward(TOKENS, hidden_layers=["final"]).hidden
     before = np.vstack([np.zeros((1, target.n_embd), np.float32), hidden[:-1]])
-    head = target.nextn_head
+    head = target.draft_head
     batched = head.draft_catch_up_and_step(TOKENS, before, 0, 10)
     for position, token in enumerate(TOKENS):
         one = head.draft_step(token, before[position], position, 10)
@@ -200,7 +200,7 @@ def test_draft_head_rows_are_batch_invariant(tmp_path):
 
 
 def test_draft_head_refuses_rows_past_its_positions(tmp_path):
-    head = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128).nextn_head
+    head = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf"), n_ctx=128).draft_head
     with pytest.raises(ValueError, match="rows must continue them"):
         head.draft_step(5, np.zeros(64, np.float32), 3, 10)
 
@@ -212,7 +212,7 @@ def test_draft_head_skip_masks_the_positions_between(tmp_path):
     ref = Qwen35Reference(path)
     _, hidden = ref.forward(TOKENS)
     before = np.concatenate([np.zeros((1, hidden["final"].shape[1]), np.float32), hidden["final"][:-1]])
-    head = ggspec.load(path, n_ctx=128).nextn_head
+    head = ggspec.load(path, n_ctx=128).draft_head
     head.draft_catch_up(TOKENS[:10], before[:10], 0)
     head.draft_step(7, before[10], 10, 10)  # a chained draft's row: the skip forgets it
     head.skip(10, 20)
@@ -251,7 +251,7 @@ def test_a_parked_head_catches_up_on_its_last_rows_only(head_targets):
     target = head_targets["snapshots"]
     prompt = list(range(3, 43))
     plain, _ = decode(target, GREEDY, prompt, 48)
-    spec = RecordingHead(target.nextn_head, target.n_embd, 3, 0.0)
+    spec = RecordingHead(target.draft_head, 3, 0.0)
     target.reset()
     execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab), spec,
                                      governor=ParkingGovernor(drafting=set(range(30, 100))))
@@ -259,7 +259,7 @@ def test_a_parked_head_catches_up_on_its_last_rows_only(head_targets):
     assert spec.proposals[0][0] == spec.parked_catch_up
     assert all(caught_up <= 4 for caught_up, _ in spec.proposals[1:])
     # not parked, the first proposal catches up on the whole prompt
-    unparked = RecordingHead(target.nextn_head, target.n_embd, 3, 0.0)
+    unparked = RecordingHead(target.draft_head, 3, 0.0)
     target.reset()
     execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab), unparked,
                                      governor=ParkingGovernor(drafting=set(range(100))))
@@ -269,7 +269,7 @@ def test_a_parked_head_catches_up_on_its_last_rows_only(head_targets):
 
 def test_a_file_without_a_head_has_none(tmp_path):
     target = ggspec.load(write_tiny_qwen35(tmp_path / "tiny.gguf", n_nextn=0), n_ctx=128)
-    assert target.nextn_head is None and target.n_layer == 4
+    assert target.draft_head is None and target.n_layer == 4
 
 
 class RecordingHead(DraftHeadSpeculator):
@@ -307,12 +307,12 @@ def test_folded_and_unfolded_heads_draft_the_same(head_targets):
     prompt = [1, 5, 6, 7, 8, 9, 5, 6, 7]
     runs = {}
     for fold in (True, False):
-        calls = target.nextn_head.graph_calls
-        spec = RecordingHead(target.nextn_head, target.n_embd, 3, 0.0, fold)
+        calls = target.draft_head.graph_calls
+        spec = RecordingHead(target.draft_head, 3, 0.0, fold)
         target.reset()
         execution = SyntheticAcceptance(target, Sampler(GREEDY, target.n_vocab), spec, rate=0.6, seed=1)
         tokens = [t for step in execution.generate(prompt, 48) for t in step]
-        runs[fold] = (tokens, spec.proposals, target.nextn_head.graph_calls - calls, execution.stats)
+        runs[fold] = (tokens, spec.proposals, target.draft_head.graph_calls - calls, execution.stats)
     assert runs[True][:2] == runs[False][:2]
     assert runs[True][3].draft_n_accepted > 10
     catch_ups = sum(1 for caught_up, _ in runs[True][1] if caught_up)
@@ -329,7 +329,7 @@ def test_speculative_output_is_plain_output(head_targets, path, kind, fold, wind
     prompt = rng.integers(3, target.n_vocab, size=int(rng.integers(1, 30))).tolist()
     prompt += prompt[: len(prompt) // 2]
     plain, _ = decode(target, config, prompt, 40)
-    speculator = (DraftHeadSpeculator(target.nextn_head, target.n_embd, window, 0.0, fold) if kind == "draft-head"
+    speculator = (DraftHeadSpeculator(target.draft_head, window, 0.0, fold) if kind == "draft-head"
                   else NGramSpeculator(max_draft_tokens=window))
     spec, stats = decode(target, config, prompt, 40, speculator)
     assert spec == plain
@@ -372,7 +372,7 @@ def test_nextn_head_draft_tokens_are_llama_cpps(tmp_path):
            "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
     theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     target = model.target
-    speculator = recording(DraftHeadSpeculator)(target.nextn_head, target.n_embd, max_draft_tokens=n_max,
+    speculator = recording(DraftHeadSpeculator)(target.draft_head, max_draft_tokens=n_max,
                                                 min_draft_prob=0.0)
     execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
     output = [t for step in execution.generate(ids, n) for t in step]

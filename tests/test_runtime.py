@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 import ggspec
 from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.sampling import Sampler, SamplerConfig
+from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.draft_model import DraftModelSpeculator
 from ggspec.speculators.ngram import NGramSpeculator
 from tests.fixtures.scripted import GarbageSpeculator, NoisyOracleSpeculator, ScriptedSpeculator, ScriptedTarget
@@ -95,21 +96,26 @@ ROLLBACKS = ("snapshots", "snapshots-host", "reforward")  # a recurrent trunk's 
 
 
 @pytest.fixture(scope="module")
-def tiny_targets(tiny_model):
+def tiny_targets(tiny_model, tmp_path_factory):
+    from tests.test_eagle3 import eagle3_for
+
     targets = {(arch, dtype, None): ggspec.load(tiny_model(arch, dtype), n_ctx=512, n_threads=2)
                for arch in ARCHS for dtype in ("f32", "q8_0")}
     targets |= {("qwen35", dtype, rollback): ggspec.load(tiny_model("qwen35", dtype), n_ctx=512, n_threads=2,
                                                          recurrent_rollback=rollback)
                 for dtype in ("f32", "q8_0") for rollback in ROLLBACKS}
-    for (arch, dtype, _), target in targets.items():
+    root = tmp_path_factory.mktemp("eagle3")
+    for (arch, dtype, rollback), target in targets.items():
         # a draft model: the same weights at the other type (most drafts land, not all)
         target.attach_draft_model(tiny_model(arch, "q8_0" if dtype == "f32" else "f32"))
+        # an EAGLE-3 head of random weights (most drafts miss), in place of a qwen35 file's own
+        target.attach_draft_head(eagle3_for(target, root / f"{arch}-{dtype}-{rollback}.gguf"))
     return targets
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(arch=st.sampled_from(TARGET_ARCHS), rollback=st.sampled_from(ROLLBACKS), dtype=st.sampled_from(["f32", "q8_0"]),
-       kind=st.sampled_from(["garbage", "noisy-oracle", "ngram", "draft"]), window=st.integers(1, 12),
+       kind=st.sampled_from(["garbage", "noisy-oracle", "ngram", "draft", "eagle3"]), window=st.integers(1, 12),
        sampled=st.booleans(), top_k=st.sampled_from([0, 40]), seed=st.integers(0, 2**32 - 1), error_rate=st.floats(0.0, 0.6))
 def test_speculative_output_is_plain_output(tiny_targets, arch, rollback, dtype, kind, window, sampled, top_k, seed,
                                            error_rate):
@@ -125,13 +131,14 @@ def test_speculative_output_is_plain_output(tiny_targets, arch, rollback, dtype,
         "ngram": lambda: NGramSpeculator(max_draft_tokens=window),
         "draft": lambda: DraftModelSpeculator(target.draft_model, target.n_vocab, max_draft_tokens=window,
                                               min_draft_prob=0.0),
+        "eagle3": lambda: DraftHeadSpeculator(target.draft_head, max_draft_tokens=window, min_draft_prob=0.0),
     }[kind]()
     spec, spec_probe, stats = decode(target, config, prompt, 40, speculator)
     assert spec == plain
     assert np.array_equal(spec_probe, plain_probe)
     if kind == "noisy-oracle" and error_rate == 0.0:
         assert stats.draft_n_accepted == stats.draft_n  # a perfect drafter is never rejected
-    if kind == "draft":
+    if kind in ("draft", "eagle3"):
         assert stats.draft_n > 0  # ungated, it drafts every step
 
 
@@ -184,18 +191,21 @@ def test_rejection_mode_samples_follow_the_target_distribution(tiny_model):
     assert abs(accepted / trials - expected_acceptance) < 0.04
 
 
-@pytest.mark.parametrize("kind", ["draft-head", "block"])
+@pytest.mark.parametrize("kind", ["draft-head", "eagle3", "block"])
 def test_rejection_mode_with_a_learned_drafters_q(tiny_model, tmp_path, kind):
-    """A NextN head and a DFlash block draw their drafts from q (the request's chain over
-    their rows) and report it: the emitted token follows the target's row (chi-square),
-    and drafts land at the rate sum(min(p, q)) for the q they report."""
+    """A NextN head, an EAGLE-3 head and a DFlash block draw their drafts from q (the
+    request's chain over their rows) and report it: the emitted token follows the target's
+    row (chi-square), and drafts land at the rate sum(min(p, q)) for the q they report."""
     from ggspec.speculators.block import BlockDraftSpeculator
-    from ggspec.speculators.draft_head import DraftHeadSpeculator
     from tests.fixtures.tiny_dflash import write_tiny_dflash
 
-    if kind == "draft-head":
-        target = ggspec.load(tiny_model("qwen35", "f32"), n_ctx=64, n_threads=2)
-        speculator = DraftHeadSpeculator(target.nextn_head, target.n_embd, max_draft_tokens=1, min_draft_prob=0.0)
+    if kind in ("draft-head", "eagle3"):
+        target = ggspec.load(tiny_model("qwen35" if kind == "draft-head" else "llama", "f32"), n_ctx=64, n_threads=2)
+        if kind == "eagle3":
+            from tests.test_eagle3 import eagle3_for
+
+            target.attach_draft_head(eagle3_for(target, tmp_path / "eagle3.gguf"))
+        speculator = DraftHeadSpeculator(target.draft_head, max_draft_tokens=1, min_draft_prob=0.0)
     else:
         target = ggspec.load(tiny_model("qwen3", "f32"), n_ctx=64, n_threads=2)
         drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(0, 1)))

@@ -407,8 +407,9 @@ def test_a_request_that_fails_in_the_engine_leaves_no_trace(tiny_model):
         service.close()
 
 
-def test_a_draft_head_declines_a_reused_prefix_in_timings_and_the_log(tiny_model, tmp_path):
-    process = ServerProcess(["-m", tiny_model("qwen35"), "-c", "256", "-t", "2"], tmp_path / "serve.log")
+def test_a_draft_head_drafts_after_a_reused_prefix(tiny_model, tmp_path):
+    process = ServerProcess(["-m", tiny_model("qwen35"), "-c", "256", "-t", "2", "--spec-governor", "off",
+                             "--spec-pmin", "0"], tmp_path / "serve.log")
     try:
         client = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0, timeout=60)
         prompt = [5 + (i * 7) % 300 for i in range(40)]
@@ -417,10 +418,22 @@ def test_a_draft_head_declines_a_reused_prefix_in_timings_and_the_log(tiny_model
                                            max_tokens=4).to_dict()
     finally:
         assert process.stop() == 0
-    assert first["timings"]["spec_type"] == "draft-head" and first["timings"]["spec_decline_reason"] is None
-    assert second["timings"]["cache_n"] > 0 and second["timings"]["spec_type"] == "none"
-    reason = second["timings"]["spec_decline_reason"]
-    assert "draft-head: cannot arm after a reused prefix" in reason
+    for timings in (first["timings"], second["timings"]):
+        assert timings["spec_type"] == "draft-head" and timings["spec_decline_reason"] is None
+        assert timings["draft_n"] > 0
+    assert second["timings"]["cache_n"] > 0
+
+
+def test_a_declined_speculator_says_why_in_timings_and_the_log(tiny_model, tmp_path):
+    process = ServerProcess(["-m", tiny_model("llama"), "-c", "256", "-t", "2", "--spec-type", "draft-head"],
+                            tmp_path / "serve.log")
+    try:
+        client = openai.OpenAI(base_url=process.url + "/v1", api_key="none", max_retries=0, timeout=60)
+        out = client.completions.create(model="m", prompt="a b c", temperature=0, max_tokens=4).to_dict()
+    finally:
+        assert process.stop() == 0
+    reason = out["timings"]["spec_decline_reason"]
+    assert out["timings"]["spec_type"] == "none" and reason.startswith("draft-head: no draft head")
     assert f"speculation declined: {reason}" in process.log.read_text()
 
 

@@ -148,7 +148,7 @@ def test_drafters_keep_a_region_per_sequence(tiny_model, tmp_path):
     target = ggspec.load(tiny_model("qwen35", "q8_0"), n_ctx=64)
     target.set_sequences(2)
     drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(1, 3)))
-    head = target.nextn_head
+    head = target.draft_head
     hidden = np.zeros((1, target.n_embd), np.float32)
     with pytest.raises(ValueError, match="draft head sequence 2 is not one of the target's 2"):
         head.for_sequence(2).draft_step(5, hidden[0], 0, 3)
@@ -169,7 +169,7 @@ def test_drafters_keep_a_region_per_sequence(tiny_model, tmp_path):
 
 # Governor off where stats are compared: its timing would decide when drafting parks.
 NGRAM = SpecOptions(spec_type="ngram", governor=False)
-HEAD = SpecOptions(spec_type="draft-head", governor=False)  # qwen35's NextN head; the others decline
+HEAD = SpecOptions(spec_type="draft-head", governor=False)  # qwen35's NextN head; an EAGLE-3 head on the others
 SPECS = [False, "auto", NGRAM, HEAD, "block", "draft"]  # the module's drafter and draft model, set per engine
 request = st.fixed_dictionaries({
     "prompt": st.lists(st.integers(3, 60), min_size=1, max_size=70),
@@ -191,6 +191,12 @@ def engines(request, tiny_model, tmp_path_factory):
     # and these tests compare draft counts too (test_prefix_cache.py runs it on)
     model = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
     alone = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
+    if request.param != "qwen35":
+        from tests.test_eagle3 import eagle3_for
+
+        eagle3 = eagle3_for(model.target, tmp_path_factory.mktemp("slots") / "eagle3.gguf")
+        model.target.attach_draft_head(eagle3)
+        alone.target.attach_draft_head(eagle3)
     with ggspec.Engine(model, slots=N_SEQS) as engine, ggspec.Engine(alone) as solo:
         yield engine, solo, (drafter, draft_model), layers
 

@@ -3,6 +3,7 @@
 // before each replay of a persistent graph.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,9 @@ struct ForwardGraph {
     }
     QuantizedActs quantized_acts;  // x quantized once for all the products that read it
 };
+
+// A body's graph builder: the rows' hidden states after its final norm.
+using BuildBody = std::function<ggml_tensor *(ForwardGraph & g)>;
 
 // An architecture: how its GGUF is read, and how its trunk is built. The
 // trunk ends after the final norm; the target adds the LM head and outputs.

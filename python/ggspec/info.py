@@ -49,15 +49,16 @@ def model_info(path: str | os.PathLike) -> dict[str, Any]:
         "refused": [],
     }
     if arch in SUPPORTED_DRAFTERS:  # a drafter file: attached to a target, never run alone
-        info["drafters"] = [f"{arch} block drafter (attach it with --draft-model to a target)"]
-        info["spec_types"] = ["block"]
+        kind = SUPPORTED_DRAFTERS[arch]
+        info["drafters"] = [f"{arch} drafter for {kind} (attach it with --draft-model to a target)"]
+        info["spec_types"] = [kind]
         return info
     try:
         target = load(path, n_ctx=64, n_threads=1)
     except (ValueError, OSError) as e:
         info["refused"] = [" ".join(str(e).split())]
         return info
-    if target.nextn_head is not None:
+    if target.draft_head is not None:
         info["drafters"].append(f"MTP/NextN head ({key('nextn_predict_layers') or 1} block)")
     for name in registry.names()[1:]:
         speculator, reason = registry.create(name, target, SpeculatorOptions())

@@ -149,7 +149,8 @@ class BatchScheduler:
             users = [slot.seq for slot in self.order
                      if slot.execution.speculator is not None and slot.execution.speculator.name == kind]
             if users:
-                attached = self.target.draft_model if kind == "draft" else self.target.block_drafter
+                attached = {"draft": self.target.draft_model, "draft-head": self.target.draft_head,
+                            "block": self.target.block_drafter}[kind]
                 reason = (f"{kind}: slot {users[0]} drafts with the attached drafter {attached.path}; "
                           f"one drafter serves every slot")
                 return SpeculationPlan(None, SpeculationCostGovernor(enabled=options.governor), options,

@@ -22,10 +22,10 @@ from ggspec.text.gguf_meta import read_metadata
 from ggspec.text.vocab import load_vocab
 from ggspec.text.vocab_match import vocabulary_mismatch
 
-#: general.architecture values of block drafter GGUFs that ggspec can attach; a file of
-#: an architecture ggspec runs as a target (ggspec.native.target.architectures()) is a
-#: draft model.
-SUPPORTED_DRAFTERS: tuple[str, ...] = ("dflash",)
+#: general.architecture values of drafter GGUFs that ggspec can attach, and the speculator
+#: each serves; a file of an architecture ggspec runs as a target
+#: (ggspec.native.target.architectures()) is a draft model ("draft").
+SUPPORTED_DRAFTERS: dict[str, str] = {"dflash": "block", "eagle3": "draft-head"}
 
 
 @dataclass
@@ -45,19 +45,19 @@ class SpeculationPlan:
 
 
 def check_draft_model(path: str) -> str:
-    """The speculator a drafter file serves: "block" (a DFlash drafter) or "draft" (a
-    language model ggspec runs); a clear error when it is neither."""
+    """The speculator a drafter file serves: "block" (a DFlash drafter), "draft-head" (an
+    EAGLE-3 drafter) or "draft" (a language model ggspec runs); a clear error when it is
+    none of them."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"draft model not found: {path}")
     stat = os.stat(path)
     arch = _architecture(os.path.realpath(path), stat.st_size, stat.st_mtime_ns)
     if arch in SUPPORTED_DRAFTERS:
-        return "block"
+        return SUPPORTED_DRAFTERS[arch]
     if arch in architectures():
         return "draft"
     raise ValueError(f"draft model {path}: general.architecture {arch!r} is not a drafter ggspec can attach "
-                     f"(block drafters: {', '.join(SUPPORTED_DRAFTERS)}; draft models: "
-                     f"{', '.join(architectures())})")
+                     f"(drafters: {', '.join(SUPPORTED_DRAFTERS)}; draft models: {', '.join(architectures())})")
 
 
 @functools.lru_cache(maxsize=64)
@@ -69,10 +69,14 @@ def _architecture(path: str, size: int, mtime_ns: int):
 def drafter_attached(target, options: SpecOptions) -> bool:
     """Whether the target's drafter of options.draft_model's kind is that file, attached
     with these options."""
-    if check_draft_model(options.draft_model) == "draft":
+    kind = check_draft_model(options.draft_model)
+    if kind == "draft":
         attached = target.draft_model
         return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
                 and attached.threads_asked == options.draft_threads)
+    if kind == "draft-head":
+        attached = target.draft_head
+        return attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
     attached = target.block_drafter
     return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
             and attached.switches == options.drafter_switches())
@@ -81,8 +85,12 @@ def drafter_attached(target, options: SpecOptions) -> bool:
 def attach_drafter(target, options: SpecOptions) -> None:
     """Attaches options.draft_model as what its file is. A draft model must have the
     target's vocabulary (text/vocab_match.py): else a ModelFormatError says where they differ."""
-    if check_draft_model(options.draft_model) == "block":
+    kind = check_draft_model(options.draft_model)
+    if kind == "block":
         target.attach_drafter(options.draft_model, **options.drafter_switches())
+        return
+    if kind == "draft-head":
+        target.attach_draft_head(options.draft_model)
         return
     base = getattr(target, "target", target)  # a SequenceView's Target
     problem = vocabulary_mismatch(load_vocab(base.path), load_vocab(options.draft_model))

@@ -14,7 +14,7 @@ import numpy as np
 
 from ggspec.native.block_drafter import BlockDrafter
 from ggspec.native.draft_model import DraftSequence
-from ggspec.native.nextn_head import NextnHead
+from ggspec.native.draft_head import DraftHead
 from ggspec.native.target import ForwardResult, Tap, Target
 
 
@@ -39,9 +39,9 @@ class SequenceView:
         return self.target.sequence_state_transfer_bytes(self.seq)
 
     @property
-    def nextn_head(self) -> NextnHead | None:
-        """The file's draft head on this sequence (its own KV region), or None."""
-        head = self.target.nextn_head
+    def draft_head(self) -> DraftHead | None:
+        """The target's draft head on this sequence (its own KV region), or None."""
+        head = self.target.draft_head
         return None if head is None else head.for_sequence(self.seq)
 
     @property
@@ -60,6 +60,11 @@ class SequenceView:
         """Attaches a draft model to the whole target (see Target.attach_draft_model); returns
         it on this sequence."""
         return self.target.attach_draft_model(path, **options).for_sequence(self.seq)
+
+    def attach_draft_head(self, path) -> DraftHead:
+        """Attaches an EAGLE-3 draft head to the whole target (see Target.attach_draft_head);
+        returns it on this sequence."""
+        return self.target.attach_draft_head(path).for_sequence(self.seq)
 
     def attach_drafter(self, path, **switches) -> BlockDrafter:
         """Attaches a block drafter to the whole target (every sequence's drafter

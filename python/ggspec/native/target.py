@@ -18,7 +18,7 @@ import ggspec._core as _core
 from ggspec.errors import ContextOverflowError, ModelFormatError
 from ggspec.native.block_drafter import BlockDrafter
 from ggspec.native.draft_model import DraftModel, DraftSequence
-from ggspec.native.nextn_head import NextnHead
+from ggspec.native.draft_head import DraftHead
 
 Tap = Union[int, str]  # a layer index (that layer's input) or "final" (after the final norm)
 
@@ -116,7 +116,7 @@ class Target:
         # Every call into the core (the head's and the drafter's too) holds this lock:
         # forwards release the GIL, and two threads inside one model corrupt it.
         self._lock = threading.RLock()
-        self._nextn_head = None
+        self._draft_head = None
         self._block_drafter = None
         self._draft_model = None
         # per sequence, a value that changes whenever its cache does (sequence_stamp)
@@ -136,11 +136,22 @@ class Target:
     row_kernels = property(lambda self: self._core.row_kernels)
 
     @property
-    def nextn_head(self) -> NextnHead | None:
-        """The MTP/NextN head the file carries, or None."""
-        if self._core.has_draft_head and self._nextn_head is None:
-            self._nextn_head = NextnHead(self._core, self._lock)
-        return self._nextn_head
+    def draft_head(self) -> DraftHead | None:
+        """The per-token draft head: an EAGLE-3 drafter attached with attach_draft_head, else
+        the MTP/NextN head the file carries, else None."""
+        if self._core.has_draft_head and self._draft_head is None:
+            self._draft_head = DraftHead(self._core, self._lock, self.path)
+        return self._draft_head
+
+    def attach_draft_head(self, path: str | os.PathLike) -> DraftHead:
+        """Attaches an EAGLE-3 drafter GGUF (general.architecture "eagle3", llama.cpp's
+        format) as this target's draft head, in place of the file's own. Raises
+        ModelFormatError naming what does not fit (the target width it reads, its tapped
+        layers, the vocabulary); the target keeps the head it had."""
+        with self._lock:
+            self._core.attach_draft_head(os.fspath(path))
+            self._draft_head = DraftHead(self._core, self._lock, os.fspath(path))
+        return self._draft_head
 
     @property
     def block_drafter(self) -> BlockDrafter | None:
@@ -174,9 +185,9 @@ class Target:
             self._core.pause_threads()
 
     @property
-    def drafter(self) -> BlockDrafter | NextnHead | None:
-        """The drafter speculation uses by default: an attached one wins over the file's own head."""
-        return self._block_drafter or self.nextn_head
+    def drafter(self) -> BlockDrafter | DraftHead | None:
+        """The drafter speculation uses by default: a block drafter, else the draft head."""
+        return self._block_drafter or self.draft_head
 
     def attach_drafter(self, path: str | os.PathLike, *, conv: bool = True, selector: bool = True,
                        fused: bool = True) -> BlockDrafter:

@@ -1,8 +1,8 @@
-"""DraftHeadSpeculator: an MTP / NextN head drafts one token per pass, chaining
-its own output hidden row.
+"""DraftHeadSpeculator: a per-token head (an MTP / NextN head, or an attached
+EAGLE-3 drafter) drafts one token per pass, chaining its own output row.
 
-Head rows with exact inputs (a committed token and the trunk's hidden row before
-it) are caught up into the head's KV lazily, at the next proposal: folded, that
+Head rows with exact inputs (a committed token and the trunk's rows before it)
+are caught up into the head's KV lazily, at the next proposal: folded, that
 catch-up and the first draft step are one graph over n_accepted + 1 rows. Chained
 draft rows read the head's own output instead, so their KV is overwritten by the
 next catch-up. Drafting stops when the head's top-1 probability over its top-10
@@ -14,6 +14,9 @@ rows to catch up on: the rows before them are skipped, masked from the head's
 attention. A probe after a long park then costs a few head rows instead of every
 one it missed (0.55 ms a row against a 24 ms step on a 16-layer qwen35 in
 bench/README), and reads recent context (the trunk's hidden row carries the rest).
+A request that reuses a cached prefix starts the same way: the head never saw the
+prefix's trunk rows, so they (and the first row after them, which reads the last)
+are skipped, and it drafts from the first proposal on.
 """
 
 from __future__ import annotations
@@ -26,16 +29,18 @@ class DraftHeadSpeculator(Speculator):
     name = "draft-head"
     default_min_draft_prob = 0.75
     needs_hidden_state = True
-    hidden_layers = ("final",)
     pass_per_draft = True
+    #: rows of a reused prefix are skipped, as rows missed while parked are
+    can_arm_after_prefix_reuse = True
 
-    def __init__(self, head, n_embd: int, max_draft_tokens: int = 3, min_draft_prob: float | None = None,
+    def __init__(self, head, max_draft_tokens: int = 3, min_draft_prob: float | None = None,
                  fold_catch_up: bool = True, parked_catch_up: int = 16):
         super().__init__(max_draft_tokens, min_draft_prob)
         self.head = head
+        self.hidden_layers = head.trunk_taps  # the trunk rows a head row reads
         self.fold_catch_up = fold_catch_up
         self.parked_catch_up = parked_catch_up
-        self._zero_row = np.zeros(n_embd, np.float32)  # before position 0 there is no trunk row
+        self._zero_row = np.zeros(head.trunk_row_width, np.float32)  # before position 0 there is no trunk row
         self.reset()
 
     def reset(self) -> None:
@@ -47,9 +52,18 @@ class DraftHeadSpeculator(Speculator):
         self._last_row = self._zero_row       # the trunk's hidden row at the last committed position
 
     def commit(self, tokens, hidden_rows, start_pos: int) -> None:
+        seen = self._exact + self._skipped + len(self._tokens)
+        if start_pos > seen:  # positions it never saw (a reused prefix): masked from the head
+            self._skipped += len(self._tokens) + start_pos - seen
+            self._tokens, self._before = [], []
+            self._last_row = None  # the trunk's row before start_pos is not here
         for i, token in enumerate(tokens):
+            if start_pos + i < self._exact + self._skipped + len(self._tokens):
+                continue
             before = self._last_row if i == 0 else hidden_rows[i - 1]
-            if start_pos + i >= self._exact + self._skipped + len(self._tokens):
+            if before is None:
+                self._skipped += 1  # the row of the token after the gap reads that missing row
+            else:
                 self._tokens.append(int(token))
                 self._before.append(before)
         self._last_row = hidden_rows[-1]
@@ -77,7 +91,7 @@ class DraftHeadSpeculator(Speculator):
             values, ids, row = self.head.draft_catch_up_and_step(tokens, before, self._exact, top_k)
         else:
             self.head.draft_catch_up(tokens[:-1], before[:-1], self._exact)
-            values, ids, row = self.head.draft_step(tokens[-1], before[-1], position, top_k)
+            values, ids, row = self.head.draft_catch_up_and_step(tokens[-1:], before[-1:], position, top_k)
         self._exact, self._tokens, self._before = position + 1, [], []
 
         n, self.proposal_q = 0, []

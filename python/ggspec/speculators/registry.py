@@ -86,7 +86,7 @@ def _ngram(target: Any, options: SpeculatorOptions) -> Speculator:
 def _draft_head(target: Any, options: SpeculatorOptions) -> Speculator:
     from ggspec.speculators.draft_head import DraftHeadSpeculator
 
-    return DraftHeadSpeculator(target.nextn_head, target.n_embd, max_draft_tokens=options.max_draft_tokens or 3,
+    return DraftHeadSpeculator(target.draft_head, max_draft_tokens=options.max_draft_tokens or 3,
                                min_draft_prob=options.min_draft_prob, fold_catch_up=options.fold_catch_up)
 
 
@@ -106,7 +106,7 @@ def _block(target: Any, options: SpeculatorOptions) -> Speculator:
 
 registry = SpeculatorRegistry()
 registry.register("ngram", _ngram)
-registry.register("draft-head", _draft_head, drafter=lambda target: getattr(target, "nextn_head", None) is not None,
+registry.register("draft-head", _draft_head, drafter=lambda target: getattr(target, "draft_head", None) is not None,
                   decline_reason="no draft head: the model carries no MTP/NextN head", auto_first=True)
 registry.register("draft", _draft_model, drafter=lambda target: getattr(target, "draft_model", None) is not None,
                   decline_reason="no draft model: none was attached (--draft-model a language model's GGUF)",

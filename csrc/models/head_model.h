@@ -1,0 +1,49 @@
+// A per-token draft head as the runtime (draft_head.h) runs it, whichever file
+// holds it: a NextN (MTP) block stored in the target's own GGUF, or an EAGLE-3
+// drafter GGUF of its own. Each head row reads one token and the trunk's row(s)
+// before it, or, for a chained draft, the head's own output row.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model_file.h"
+#include "models/forward_graph.h"
+
+namespace ggspec {
+
+struct HeadModel {
+    Hparams hp;
+    ModelWeights w;
+    BuildBody build;          // rows that read trunk rows (a catch-up, a first draft step)
+    BuildBody build_chained;  // rows that read the head's own output row; null: as build
+    // The trunk rows a head row reads, concatenated (Target taps: i the residual entering
+    // layer i, -1 the trunk's output after its final norm), and their width.
+    std::vector<int> trunk_taps = {-1};
+    int64_t trunk_width = 0;
+    int chain_tap = -1;  // the output row a chained row reads: -1 after the head's final norm, else layer_inputs[i]
+    // The first token position that has a row: the row of token q sits at head position
+    // q - first_token (EAGLE-3 pairs token P+1 with the trunk's row at P, at P).
+    int64_t first_token = 0;
+    std::vector<int64_t> head_to_token;  // a reduced LM head's rows as target tokens (empty: the identity)
+    std::unique_ptr<ModelFile> file;     // the head's own GGUF; null when it is the target's
+
+    int64_t chained_width() const { return hp.n_embd; }
+    int64_t head_rows() const { return w.output->ne[1]; }  // the ids one row can rank
+};
+
+// The target file's NextN block n_layer, as its architecture reads and builds it.
+HeadModel nextn_head_model(const ModelFile & file, const Architecture & arch, const Hparams & trunk,
+                           const ModelWeights & trunk_w);
+
+// An EAGLE-3 drafter GGUF (general.architecture "eagle3", llama.cpp's format), checked
+// against the target it is bound to and bound to `dev`.
+HeadModel eagle3_head_model(const std::string & path, const Hparams & trunk, const ModelWeights & trunk_w,
+                            ggml_backend_dev_t dev);
+
+// A d2t table (I64 [head rows]) read from `file`: every entry a token of a vocabulary of n_vocab.
+std::vector<int64_t> read_token_map(const ModelFile & file, const ggml_tensor * d2t, int64_t n_vocab,
+                                    const std::string & what);
+
+}  // namespace ggspec
