@@ -215,9 +215,10 @@ py::tuple drafter_draft(Target & t, int32_t anchor, int64_t pos0, int64_t n_bloc
     }
     auto values = py::array_t<float>({out.rows, out.k}, out.values.data());
     auto ids = py::array_t<int32_t>({out.rows, out.k}, out.ids.data());
-    if (!d.params().selects()) return py::make_tuple(values, ids, py::none());
-    auto pairs = py::array_t<float>({out.rows - 1, out.k, out.k}, out.pairs.data());
-    return py::make_tuple(values, ids, pairs);
+    py::object pairs = py::none(), confidence = py::none();
+    if (d.params().selects()) pairs = py::array_t<float>({out.rows - 1, out.k, out.k}, out.pairs.data());
+    if (!out.confidence.empty()) confidence = py::array_t<float>(out.rows, out.confidence.data());
+    return py::make_tuple(values, ids, pairs, confidence);
 }
 
 // ggspec.errors' classes, held for the module's lifetime (never released: the
@@ -349,6 +350,9 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("drafter_draft_seconds", [](Target & t) { return drafter_of(t).draft_seconds(); })
         .def_property_readonly("drafter_readback_bytes", [](Target & t) { return drafter_of(t).readback_bytes(); })
         .def_property_readonly("drafter_is_lattice", [](Target & t) { return drafter_of(t).params().selects(); })
+        .def_property_readonly("drafter_is_dspark", [](Target & t) { return drafter_of(t).params().dspark; })
+        .def_property_readonly("drafter_first_draft_row",
+                               [](Target & t) { return drafter_of(t).params().first_draft_row(); })
         .def_property_readonly("drafter_head_rows", [](Target & t) { return drafter_of(t).head_rows(); })
         .def("set_recurrent_rollback", &Target::set_recurrent_rollback, py::arg("name"))
         .def("snapshot_recurrent", &Target::snapshot_recurrent, py::arg("seq") = 0)

@@ -26,7 +26,7 @@ BlockDrafter::BlockDrafter(const std::string & path, ggml_backend_dev_t dev, ggm
     d_.use_selector = use_selector;
     bind_to(target, target_w);
     file_->bind(dev);
-    if (dw_.d2t && d_.dflash2()) reduce_codebooks(dev);
+    if (dw_.d2t && (d_.dflash2() || d_.dspark)) reduce_tables(dev);
     set_n_seqs(opt.n_seqs);
 }
 
@@ -102,40 +102,50 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
                                " candidates (dflash.selector_top_k) of a head over only " +
                                std::to_string(w_.output->ne[1]) + " tokens");
     }
+    if (d_.dspark && dw_.markov_w1->ne[1] != target.n_vocab) {
+        throw ModelFormatError("DSpark drafter '" + path + "' has Markov codes for " +
+                               std::to_string(dw_.markov_w1->ne[1]) + " tokens (markov_w1.weight), its target " +
+                               std::to_string(target.n_vocab));
+    }
+    if (d_.dspark && dw_.markov_w2->ne[1] != head_rows()) {
+        throw ModelFormatError("DSpark drafter '" + path + "' biases " + std::to_string(dw_.markov_w2->ne[1]) +
+                               " tokens (markov_w2.weight), its LM head ranks " + std::to_string(head_rows()));
+    }
 }
 
-void BlockDrafter::reduce_codebooks(ggml_backend_dev_t dev) {
-    const int64_t rank = d_.selector_rank, rows = (int64_t) head_to_token_.size();
-    ggml_init_params params = {ggml_tensor_overhead() * 2, nullptr, true};
-    codebook_ctx_.reset(ggml_init(params));
-    std::vector<float> full, reduced((size_t) (rank * rows));
-    ggml_tensor * out[2];
-    for (int i = 0; i < 2; ++i) {
-        out[i] = ggml_new_tensor_2d(codebook_ctx_.get(), GGML_TYPE_F32, rank, rows);
-    }
-    codebook_buf_.reset(allocate_tensors(codebook_ctx_.get(), ggml_backend_dev_buffer_type(dev),
-                                         "the drafter's reduced codebooks"));
-    ggml_tensor * codebooks[2] = {dw_.predecessor, dw_.successor};
-    for (int i = 0; i < 2; ++i) {
-        const ggml_tensor * cb = codebooks[i];
-        std::vector<uint8_t> raw(ggml_nbytes(cb));
-        file_->read_tensor(cb, raw.data());
-        full.resize((size_t) ggml_nelements(cb));
-        if (cb->type == GGML_TYPE_F32) {
+void BlockDrafter::reduce_tables(ggml_backend_dev_t dev) {
+    std::vector<std::pair<ggml_tensor *, ggml_tensor **>> tables;  // [width, n_vocab] -> its head rows
+    if (d_.dflash2()) tables = {{dw_.predecessor, &dw_.candidate_predecessor}, {dw_.successor, &dw_.candidate_successor}};
+    if (d_.dspark) tables = {{dw_.markov_w1, &dw_.markov_chain}};
+    const int64_t rows = (int64_t) head_to_token_.size();
+    ggml_init_params params = {ggml_tensor_overhead() * tables.size(), nullptr, true};
+    table_ctx_.reset(ggml_init(params));
+    std::vector<ggml_tensor *> out;
+    for (const auto & [table, _] : tables) out.push_back(ggml_new_tensor_2d(table_ctx_.get(), GGML_TYPE_F32, table->ne[0], rows));
+    table_buf_.reset(allocate_tensors(table_ctx_.get(), ggml_backend_dev_buffer_type(dev),
+                                      "the drafter's tables reduced to its head's tokens"));
+    std::vector<float> full, reduced;
+    for (size_t i = 0; i < tables.size(); ++i) {
+        const ggml_tensor * table = tables[i].first;
+        const int64_t width = table->ne[0];
+        std::vector<uint8_t> raw(ggml_nbytes(table));
+        file_->read_tensor(table, raw.data());
+        full.resize((size_t) ggml_nelements(table));
+        if (table->type == GGML_TYPE_F32) {
             std::memcpy(full.data(), raw.data(), raw.size());
-        } else if (ggml_get_type_traits(cb->type)->to_float) {
-            ggml_get_type_traits(cb->type)->to_float(raw.data(), full.data(), ggml_nelements(cb));
+        } else if (ggml_get_type_traits(table->type)->to_float) {
+            ggml_get_type_traits(table->type)->to_float(raw.data(), full.data(), ggml_nelements(table));
         } else {
-            throw ModelFormatError("selector codebooks of type " + std::string(ggml_type_name(cb->type)) +
+            throw ModelFormatError("'" + std::string(table->name) + "' of type " + ggml_type_name(table->type) +
                                    " cannot be reduced to the d2t rows");
         }
+        reduced.resize((size_t) (width * rows));
         for (int64_t r = 0; r < rows; ++r) {
-            std::memcpy(&reduced[r * rank], &full[head_to_token_[r] * rank], rank * sizeof(float));
+            std::memcpy(&reduced[r * width], &full[head_to_token_[r] * width], width * sizeof(float));
         }
         ggml_backend_tensor_set(out[i], reduced.data(), 0, ggml_nbytes(out[i]));
+        *tables[i].second = out[i];
     }
-    dw_.candidate_predecessor = out[0];
-    dw_.candidate_successor = out[1];
 }
 
 void BlockDrafter::seek(int64_t position, int64_t seq) {
@@ -171,15 +181,18 @@ void BlockDrafter::map_to_target_tokens(std::vector<int32_t> & ids) const {
     for (int32_t & id : ids) id = (int32_t) head_to_token_[id];
 }
 
-void BlockDrafter::read_lattice(const CachedGraph & g, BlockDraft & out) {
+void BlockDrafter::read_body_outputs(const CachedGraph & g, BlockDraft & out) {
     out.ids.resize((size_t) (out.rows * out.k));
     out.values.resize(out.ids.size());
-    out.pairs.resize((size_t) ((out.rows - 1) * out.k * out.k));
-    void * dst[] = {out.ids.data(), out.values.data(), out.pairs.data()};
+    if (d_.selects()) out.pairs.resize((size_t) ((out.rows - 1) * out.k * out.k));
+    if (d_.dspark && dw_.conf_proj) out.confidence.resize((size_t) out.rows);
+    void * dst[] = {out.ids.data(), out.values.data(), d_.selects() ? (void *) out.pairs.data() : out.confidence.data()};
     for (size_t i = 0; i < g.body_outputs.size(); ++i) {
         ggml_backend_tensor_get(g.body_outputs[i], dst[i], 0, ggml_nbytes(g.body_outputs[i]));
         readback_bytes_ += ggml_nbytes(g.body_outputs[i]);
     }
+    // DSpark rows best first; a lattice's candidates stay a set (the host walk scores them all)
+    if (d_.dspark) order_top_k(out.ids.data(), out.values.data(), out.rows, (int) out.k);
     map_to_target_tokens(out.ids);
 }
 
@@ -199,9 +212,11 @@ void BlockDrafter::read_top_k(const CachedGraph & g, const GraphKey & key, int64
 
 BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq) {
     check_seq(seq);
-    if (n_block < 2 || n_block > d_.block_size || n_block > opt_.max_rows) {
-        throw std::invalid_argument("a draft block holds 2.." + std::to_string(std::min(d_.block_size, opt_.max_rows)) +
-                                    " rows, got " + std::to_string(n_block));
+    const int64_t least = d_.first_draft_row() + 1;  // a row that drafts
+    if (n_block < least || n_block > d_.block_size || n_block > opt_.max_rows) {
+        throw std::invalid_argument("a draft block holds " + std::to_string(least) + ".." +
+                                    std::to_string(std::min(d_.block_size, opt_.max_rows)) + " rows, got " +
+                                    std::to_string(n_block));
     }
     if (pos0 < 0 || pos0 + n_block > kv_->n_ctx()) throw std::invalid_argument("the draft block overflows the context");
     if (anchor < 0 || anchor >= hp_.n_vocab) throw std::invalid_argument("anchor token outside the vocabulary");
@@ -210,19 +225,19 @@ BlockDraft BlockDrafter::draft(int32_t anchor, int64_t pos0, int64_t n_block, in
     seek(pos0, seq);
     tokens_.assign((size_t) n_block, d_.mask_token);
     tokens_[0] = anchor;
-    const bool lattice = d_.selects();
+    const bool lattice = d_.selects(), own_outputs = lattice || d_.dspark;  // else the runner's LM head
     BlockDraft out;
-    out.rows = n_block - 1;
+    out.rows = n_block - d_.first_draft_row();
     out.k = lattice ? d_.selector_top_k : top_k;
     try {
         block_->run(
             n_block, n_block, tokens_.data(), nullptr,
             [&](GraphKey & key, const Chunk &) {
-                key.n_out = lattice ? 0 : n_block;  // a lattice comes from the body's own outputs
-                key.top_k = lattice ? 0 : top_k;
+                key.n_out = own_outputs ? 0 : n_block;
+                key.top_k = lattice ? 0 : top_k;  // DSpark ranks its own rows
             },
             [&](CachedGraph & g, const GraphKey & key, const Chunk &) {
-                if (lattice) read_lattice(g, out);
+                if (own_outputs) read_body_outputs(g, out);
                 else read_top_k(g, key, n_block, top_k, out);
             },
             seq);

@@ -17,12 +17,15 @@
 
 namespace ggspec {
 
-// What pass C returns for the block's MASK rows.
+// What pass C returns for the block's rows that draft (DFlash: its MASK rows; an
+// anchor-first DSpark block: every row).
 struct BlockDraft {
     int64_t rows = 0, k = 0;
-    std::vector<int32_t> ids;   // [rows, k]: DFlash: top-k, best first; DFlash2: the candidates
-    std::vector<float> values;  // [rows, k]: DFlash: their logits; DFlash2: unary (+ the anchor's transition on row 0)
+    std::vector<int32_t> ids;   // [rows, k]: DFlash, DSpark: top-k, best first; DFlash2: the candidates
+    std::vector<float> values;  // [rows, k]: their logits (DSpark's Markov-biased); DFlash2: unary (+ the anchor's
+                                // transition on row 0)
     std::vector<float> pairs;   // DFlash2: [rows - 1, k predecessors, k candidates] transitions; else empty
+    std::vector<float> confidence;  // DSpark with a confidence head: [rows]; else empty
 };
 
 class BlockDrafter {
@@ -42,8 +45,8 @@ public:
     // never injected stay empty.
     void inject(const float * features, int64_t n, int64_t start, int64_t seq = 0);
     // Pass C: [anchor, MASK x (n_block - 1)] at positions pos0.. of sequence
-    // seq; the top_k ids and logits of each MASK row, or a DFlash2 drafter's
-    // lattice (k = its selector_top_k). The block's own K/V are dropped afterwards.
+    // seq; the top_k ids and logits of each row that drafts, or a DFlash2
+    // drafter's lattice (k = its selector_top_k). The block's own K/V are dropped afterwards.
     BlockDraft draft(int32_t anchor, int64_t pos0, int64_t n_block, int top_k, int64_t seq = 0);
 
     const std::string & path() const { return file_->path(); }
@@ -60,16 +63,17 @@ public:
     void set_n_seqs(int64_t n);
 
 private:
-    // Pass C's outputs: DFlash2's lattice (the body's own outputs), or DFlash's top-k per row.
-    void read_lattice(const CachedGraph & g, BlockDraft & out);
+    // Pass C's outputs: the body's own (DFlash2's lattice, DSpark's rows), or DFlash's top-k per row.
+    void read_body_outputs(const CachedGraph & g, BlockDraft & out);
     void read_top_k(const CachedGraph & g, const GraphKey & key, int64_t n_block, int top_k, BlockDraft & out);
     void map_to_target_tokens(std::vector<int32_t> & ids) const;
 
     void bind_to(const Hparams & target, const ModelWeights & target_w);
     void seek(int64_t position, int64_t seq);  // the KV ends at `position`: rewound, or past empty positions
     void check_seq(int64_t seq) const;
-    // DFlash2 with d2t: the codebook rows of the head's tokens, on the device.
-    void reduce_codebooks(ggml_backend_dev_t dev);
+    // With d2t: the rows of the head's tokens of DFlash2's codebooks or DSpark's
+    // markov_w1 (the tables the graph indexes by a head row), on the device.
+    void reduce_tables(ggml_backend_dev_t dev);
 
     std::unique_ptr<ModelFile> file_;
     Hparams hp_;
@@ -84,8 +88,8 @@ private:
     std::unique_ptr<GraphRunner> inject_, block_;
     std::vector<int32_t> tokens_;
     std::vector<int64_t> head_to_token_;  // d2t: a reduced head's rows as target tokens
-    ggml_context_ptr codebook_ctx_;
-    ggml_backend_buffer_ptr codebook_buf_;
+    ggml_context_ptr table_ctx_;
+    ggml_backend_buffer_ptr table_buf_;
     double inject_seconds_ = 0.0, draft_seconds_ = 0.0;
     uint64_t readback_bytes_ = 0;
 };

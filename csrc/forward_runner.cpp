@@ -66,6 +66,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     ForwardGraph fg{ctx, hp, w, body_.kv, n, cg->tokens, cg->positions, cg->hidden_in, cg->full, cg->swa, {}, row_kernels_};
     fg.rs = body_.rs;
     fg.recurrent = key.recurrent;
+    if (key.n_out == 0) fg.top_k = key.top_k;  // no LM head of the runner's: the body ranks its own rows
     ggml_tensor * trunk = body_.build(fg);
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
     ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
@@ -251,20 +252,29 @@ void GraphRunner::read_outputs(const CachedGraph & g, const GraphKey & key, int6
         std::vector<float> values(ids.size());
         ggml_backend_tensor_get(g.ids, ids.data(), 0, ggml_nbytes(g.ids));
         ggml_backend_tensor_get(g.values, values.data(), 0, ggml_nbytes(g.values));
-        std::vector<int> order((size_t) k);
-        for (int64_t r = 0; r < key.n_out; ++r) {
-            // ggml's top-k is unordered: best first, ties to the lower id.
-            const int32_t * rid = ids.data() + r * k;
-            const float * rval = values.data() + r * k;
-            std::iota(order.begin(), order.end(), 0);
-            std::sort(order.begin(), order.end(), [&](int a, int b) {
-                return rval[a] != rval[b] ? rval[a] > rval[b] : rid[a] < rid[b];
-            });
-            for (int j = 0; j < k; ++j) {
-                out.ids[(out_row0 + r) * k + j] = rid[order[j]];
-                if (out.values) out.values[(out_row0 + r) * k + j] = rval[order[j]];
-            }
+        order_top_k(ids.data(), values.data(), key.n_out, k);
+        std::copy(ids.begin(), ids.end(), out.ids + out_row0 * k);
+        if (out.values) std::copy(values.begin(), values.end(), out.values + out_row0 * k);
+    }
+}
+
+void order_top_k(int32_t * ids, float * values, int64_t rows, int k) {
+    std::vector<int> order((size_t) k);
+    std::vector<int32_t> row_ids((size_t) k);
+    std::vector<float> row_values((size_t) k);
+    for (int64_t r = 0; r < rows; ++r) {
+        int32_t * rid = ids + r * k;
+        float * rval = values + r * k;
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+            return rval[a] != rval[b] ? rval[a] > rval[b] : rid[a] < rid[b];
+        });
+        for (int j = 0; j < k; ++j) {
+            row_ids[j] = rid[order[j]];
+            row_values[j] = rval[order[j]];
         }
+        std::copy(row_ids.begin(), row_ids.end(), rid);
+        std::copy(row_values.begin(), row_values.end(), rval);
     }
 }
 

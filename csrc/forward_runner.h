@@ -51,6 +51,10 @@ struct Chunk {
     bool last;
 };
 
+// ggml's top-k is unordered: sorts each of `rows` rows of k (ids, values) in place,
+// best first, ties to the lower id.
+void order_top_k(int32_t * ids, float * values, int64_t rows, int k);
+
 class GraphRunner {
 public:
     GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels, size_t graph_budget_bytes);

@@ -31,7 +31,12 @@ VARIANTS = {
     "reduced-vocab": dict(reduced_vocab=96),
     "dflash2": dict(dflash2={}),
     "dflash2-reduced-vocab": dict(dflash2={}, reduced_vocab=96),
+    "dspark": dict(dspark={}),
+    "dspark-bonus-anchor": dict(dspark=dict(sample_from_anchor=False)),
+    "dspark-reduced-vocab": dict(dspark={}, reduced_vocab=96),
+    "dspark-no-confidence": dict(dspark=dict(confidence=False)),
 }
+DSPARK_VARIANTS = [v for v in VARIANTS if v.startswith("dspark")]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +44,7 @@ def qwen3_target(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("dflash") / "target.gguf", "qwen3")
 
 
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.startswith("dflash2")])
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.startswith(("dflash2", "dspark"))])
 def test_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
     drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
     target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
@@ -53,6 +58,30 @@ def test_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
     logits = ref.draft(ref.inject(features), 77, 5)
     np.testing.assert_allclose(draft.values, np.sort(logits, axis=1)[:, ::-1][:, :10], rtol=0, atol=0.02)
     assert draft.walk()[0] == logits.argmax(1).tolist()
+
+
+@pytest.mark.parametrize("variant", DSPARK_VARIANTS)
+def test_dspark_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
+    """The Markov head chained through the block (from the anchor, each row's greedy pick
+    biasing the next), the anchor-first block and the bonus-anchor one, and the confidence
+    head: ggspec's biased logits, drafts and confidences against the reference's."""
+    drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    drafter = target.attach_drafter(drafter_path)
+    assert drafter.dspark and drafter.max_draft == 8 - drafter.first_draft_row
+    tokens = list(range(10, 40))
+    features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
+    drafter.inject(features, 0)
+    ref = DFlashReference(drafter_path, ReferenceModel(qwen3_target))
+    for n in (1, 3, drafter.max_draft):
+        draft = drafter.draft(77, len(tokens), n + drafter.first_draft_row, 10)
+        tokens_ref, logits, confidence = ref.dspark_draft(ref.inject(features), 77, n)
+        assert draft.ids.shape == (n, 10) and draft.walk()[0] == tokens_ref
+        np.testing.assert_allclose(draft.values, np.sort(logits, axis=1)[:, ::-1][:, :10], rtol=0, atol=0.02)
+        if confidence is None:
+            assert draft.confidence is None
+        else:
+            np.testing.assert_allclose(draft.confidence, confidence, rtol=0, atol=0.01)
 
 
 @pytest.mark.parametrize("dflash2", [{}, dict(sliding_window=(4, [True, False]), shared_kv=True),
@@ -108,7 +137,7 @@ def test_the_cli_switches_reach_the_attached_drafter(qwen3_target, tmp_path):
     assert target.block_drafter.switches == {"conv": True, "selector": True, "fused": True}
 
 
-@pytest.mark.parametrize("variant", ["plain", "sliding-window", "dflash2", "dflash2-reduced-vocab"])
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "dflash2", "dflash2-reduced-vocab", "dspark"])
 def test_one_graph_passes_equal_the_per_op_path(qwen3_target, tmp_path, variant):
     """fused=False (GGSPEC_DFLASH_FUSED=0) dispatches every node of passes A+B and C as a
     graph of its own; the one-graph passes must give the same bits."""
@@ -156,7 +185,10 @@ def targets(tmp_path_factory, qwen3_target):
     out = {}
     for name, path, drafter in (("qwen3", qwen3_target, dict(target_layers=(0, 1))),
                                 ("qwen35", qwen35, dict(target_layers=(1, 3))),
-                                ("qwen35-dflash2", qwen35, dict(target_layers=(0, 2), dflash2={}))):
+                                ("qwen35-dflash2", qwen35, dict(target_layers=(0, 2), dflash2={})),
+                                ("qwen35-dspark", qwen35, dict(target_layers=(1, 3), dspark={})),
+                                ("qwen3-dspark-bonus-anchor", qwen3_target,
+                                 dict(target_layers=(0, 1), dspark=dict(sample_from_anchor=False)))):
         target = ggspec.load(path, n_ctx=512, n_threads=2)
         target.attach_drafter(write_tiny_dflash(root / f"{name}-drafter.gguf", **drafter))
         out[name] = target
@@ -164,7 +196,8 @@ def targets(tmp_path_factory, qwen3_target):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(arch=st.sampled_from(["qwen3", "qwen35", "qwen35-dflash2"]), window=st.integers(1, 7), sampled=st.booleans(),
+@given(arch=st.sampled_from(["qwen3", "qwen35", "qwen35-dflash2", "qwen35-dspark", "qwen3-dspark-bonus-anchor"]),
+       window=st.integers(1, 8), sampled=st.booleans(),
        seed=st.integers(0, 2**32 - 1))
 def test_speculative_output_is_plain_output(targets, arch, window, sampled, seed):
     target = targets[arch]
@@ -176,8 +209,9 @@ def test_speculative_output_is_plain_output(targets, arch, window, sampled, seed
     assert stats.draft_n > 0
 
 
-def test_a_reused_prefix_keeps_the_output_and_drafting(targets):
-    target = targets["qwen3"]
+@pytest.mark.parametrize("arch", ["qwen3", "qwen35-dspark"])
+def test_a_reused_prefix_keeps_the_output_and_drafting(targets, arch):
+    target = targets[arch]
     prompt = list(range(20, 44))
     plain, _ = decode(target, GREEDY, prompt, 24)
     target.reset()
@@ -208,6 +242,26 @@ def test_bad_bindings_fail_clearly(qwen3_target, tmp_path, change, words):
     target = ggspec.load(qwen3_target, n_ctx=128)
     with pytest.raises(ggspec.ModelFormatError, match=words):
         target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", **change))
+    assert target.block_drafter is None
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(drop=("markov_w1.weight",)), "a DSpark key, but no Markov head"),
+    (dict(drop=("markov_w1.weight",), dspark=None), None),  # a plain DFlash file
+    (dict(drop=("markov_w2.weight",)), "has markov_w1.weight but no markov_w2.weight"),
+    (dict(drop=("conf_proj.weight", "conf_proj.bias")), "says it has a confidence head"),
+    (dict(n_vocab=300), "vocabulary"),
+    (dict(dspark=dict(rank=8), reduced_vocab=96, drop=("d2t",)), "LM head over 96 tokens"),
+])
+def test_a_dspark_file_missing_a_piece_is_refused_by_name(qwen3_target, tmp_path, change, words):
+    options = {"dspark": {}, **change}
+    path = write_tiny_dflash(tmp_path / "drafter.gguf", **{k: v for k, v in options.items() if v is not None})
+    target = ggspec.load(qwen3_target, n_ctx=128)
+    if words is None:
+        assert not target.attach_drafter(path).dspark
+        return
+    with pytest.raises(ggspec.ModelFormatError, match=words):
+        target.attach_drafter(path)
     assert target.block_drafter is None
 
 
@@ -270,17 +324,22 @@ def test_block_size_defaults_to_16_and_sets_the_window(qwen3_target, tmp_path):
 
 
 class FixedDrafter:
-    """A drafter whose walk gives fixed tokens with fixed per-position probabilities."""
+    """A drafter whose walk gives fixed tokens with fixed per-position probabilities (and,
+    as a DSpark drafter's confidence head would, fixed confidences)."""
 
-    block_size, target_layers = 8, (0,)
+    block_size, target_layers, lattice, first_draft_row, max_draft = 8, (0,), False, 1, 7
 
-    def __init__(self, probabilities):
-        self.probabilities = probabilities
+    def __init__(self, probabilities, confidence=None):
+        self.probabilities, self.confidence = probabilities, confidence
 
     def draft(self, anchor, position, n_block, top_k):
+        drafter = self
+
         class Walk:
+            confidence = None if drafter.confidence is None else drafter.confidence[:n_block - 1]
+
             def walk(inner):
-                return list(range(10, 10 + n_block - 1)), self.probabilities[:n_block - 1]
+                return list(range(10, 10 + n_block - 1)), drafter.probabilities[:n_block - 1]
         return Walk()
 
 
@@ -295,14 +354,19 @@ def test_the_confidence_gate_is_on_the_cumulative_prefix_probability():
     out = []
     # 0.9, 0.72, 0.288 < 0.35: the third and everything after it go, though each later one is confident
     assert speculator.propose(DraftContext([1, 2], 1, 7), out) == 2 and out == [10, 11]
+    # a confidence head decides instead, row by row: the first row below the gate ends the draft
+    speculator = BlockDraftSpeculator(FixedDrafter([0.1] * 7, confidence=[0.9, 0.5, 0.4, 0.2, 0.9, 0.9, 0.9]), 7)
+    out = []
+    assert speculator.propose(DraftContext([1, 2], 1, 7), out) == 3 and out == [10, 11, 12]
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab"])
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab", "dspark", "dspark-bonus-anchor",
+                                     "dspark-reduced-vocab"])
 def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
-    """The same blocks as llama.cpp's draft-dflash, on the same files and greedy input:
-    a full block of n_max drafts each step, no gate, governor off. (DFlash2's lattice
-    walk logs no candidates in llama.cpp, so it is not compared here.)"""
+    """The same blocks as llama.cpp's draft-dflash (draft-dspark for a DSpark file), on the
+    same files and greedy input: a full block of n_max drafts each step, no gate, governor
+    off. (DFlash2's lattice walk logs no candidates in llama.cpp, so it is not compared here.)"""
     from bench.peer.peer import peer_tokenize
     from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
 
@@ -311,7 +375,8 @@ def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
     model = ggspec.Model(str(qwen3_target), n_ctx=256, n_threads=1)
     ids = model.encode_prompt(text)
     assert ids == peer_tokenize(str(qwen3_target), text, add_special=True, parse_special=True)
-    cmd = [*speculative_cmd(qwen3_target, text, "draft-dflash", n_predict=n, threads=1, ctx=256),
+    mode = "draft-dspark" if variant.startswith("dspark") else "draft-dflash"
+    cmd = [*speculative_cmd(qwen3_target, text, mode, n_predict=n, threads=1, ctx=256),
            "-md", str(drafter), "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
     theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     target = model.target

@@ -18,7 +18,6 @@ void refuse_unsupported(const ModelFile & f, const Hparams & hp) {
     auto refuse = [&](const std::string & what) {
         throw ModelFormatError("drafter '" + f.path() + "' has " + what + ", which ggspec does not support yet");
     };
-    if (f.find_tensor("markov_w1.weight")) refuse("a DSpark head ('markov_w1.weight')");
     if (f.find_tensor("rope_freqs.weight")) refuse("rope frequency factors ('rope_freqs.weight')");
     for (const std::string & name : f.tensor_names()) {  // per-tensor scales of any product
         if (name.size() > 6 && name.compare(name.size() - 6, 6, ".scale") == 0) refuse("'" + name + "'");
@@ -89,6 +88,43 @@ void load_dflash2(const ModelFile & f, const Hparams & hp, DFlashParams & d, DFl
     dw.candidate_successor = dw.successor;
 }
 
+// DSpark: llama.cpp's rule (a markov_w1 tensor). Shapes against the vocabulary and
+// the head's rows are checked when the drafter is bound to its target.
+void load_dspark(const ModelFile & f, const Hparams & hp, DFlashParams & d, DFlashWeights & dw) {
+    const ggml_tensor * w1 = f.find_tensor("markov_w1.weight");
+    const ggml_tensor * w2 = f.find_tensor("markov_w2.weight");
+    if (!w2) throw ModelFormatError("DSpark drafter '" + f.path() + "' has markov_w1.weight but no markov_w2.weight");
+    const int64_t rank = w1->ne[0];
+    dw.markov_w1 = f.tensor("markov_w1.weight", {rank, w1->ne[1]});
+    dw.markov_w2 = f.tensor("markov_w2.weight", {rank, w2->ne[1]});
+    dw.markov_chain = dw.markov_w1;
+    dw.conf_proj = f.tensor_or_null("conf_proj.weight", {hp.n_embd + rank, 1});
+    dw.conf_bias = dw.conf_proj ? f.tensor_or_null("conf_proj.bias", {1}) : nullptr;
+    const std::string conf_key = hp.key("has_confidence_head");
+    if (!dw.conf_proj && f.has_key(conf_key) && f.get_int(conf_key) != 0) {
+        throw ModelFormatError("DSpark drafter '" + f.path() + "' says it has a confidence head (" + conf_key +
+                               ") but has no conf_proj.weight");
+    }
+    d.dspark = true;
+    d.sample_from_anchor = f.get_int(hp.key("sample_from_anchor"), 1) != 0;
+}
+
+// A DFlash file with a piece of DSpark but no Markov head (markov_w1).
+void refuse_partial_dspark(const ModelFile & f, const Hparams & hp) {
+    for (const std::string & key : {hp.key("sample_from_anchor"), hp.key("has_confidence_head")}) {
+        if (f.has_key(key)) {
+            throw ModelFormatError("drafter '" + f.path() + "' has '" + key +
+                                   "', a DSpark key, but no Markov head ('markov_w1.weight')");
+        }
+    }
+    for (const char * name : {"markov_w2.weight", "conf_proj.weight"}) {
+        if (f.find_tensor(name)) {
+            throw ModelFormatError("drafter '" + f.path() + "' has '" + name +
+                                   "', a piece of DSpark, but no Markov head ('markov_w1.weight')");
+        }
+    }
+}
+
 }  // namespace
 
 void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashParams & d, DFlashWeights & dw) {
@@ -139,6 +175,12 @@ void load_dflash(const ModelFile & f, Hparams & hp, ModelWeights & w, DFlashPara
     }
 
     if (f.find_tensor("selector_hidden.weight")) load_dflash2(f, hp, d, dw);
+    if (f.find_tensor("markov_w1.weight")) {
+        if (d.dflash2()) throw ModelFormatError("drafter '" + f.path() + "' has both a DFlash2 selector and a DSpark head");
+        load_dspark(f, hp, d, dw);
+    } else {
+        refuse_partial_dspark(f, hp);
+    }
 
     const int64_t n_q = hp.head_dim * hp.n_head, n_kv = hp.n_embd_kv();
     w.layers.resize(hp.n_layer);
@@ -273,6 +315,37 @@ DFlashLattice build_lattice(ForwardGraph & g, const DFlashParams & d, const DFla
     return lattice;
 }
 
+// DSpark's predicting rows of the block (from d.first_draft_row()): the head's
+// logits biased by the Markov head, chained from the anchor through each row's
+// greedy pick, then their top-k; and each row's confidence.
+void build_dspark(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw, ggml_tensor * final) {
+    ggml_context * ctx = g.ctx;
+    const int64_t first = d.first_draft_row(), n = g.n_rows - first;
+    ggml_tensor * hidden = ggml_view_2d(ctx, final, final->ne[0], n, final->nb[1], first * final->nb[1]);
+    ggml_tensor * logits = g.matmul(g.w.output, hidden);  // [head rows, n]
+    ggml_tensor * code = ggml_get_rows(ctx, dw.markov_w1, ggml_view_1d(ctx, g.tokens, 1, 0));  // the anchor's [rank, 1]
+    ggml_tensor * biased = nullptr, * confidence = nullptr;
+    for (int64_t i = 0; i < n; ++i) {
+        ggml_tensor * row = ggml_view_2d(ctx, logits, logits->ne[0], 1, logits->nb[1], i * logits->nb[1]);
+        row = ggml_add(ctx, row, g.matmul(dw.markov_w2, code));
+        biased = biased ? ggml_concat(ctx, biased, row, 1) : row;
+        if (dw.conf_proj) {
+            ggml_tensor * h = ggml_view_2d(ctx, hidden, hidden->ne[0], 1, hidden->nb[1], i * hidden->nb[1]);
+            ggml_tensor * c = ggml_mul_mat(ctx, dw.conf_proj, ggml_concat(ctx, ggml_cont(ctx, h), code, 0));
+            c = ggml_sigmoid(ctx, dw.conf_bias ? ggml_add(ctx, c, dw.conf_bias) : c);
+            confidence = confidence ? ggml_concat(ctx, confidence, c, 1) : c;
+        }
+        if (i + 1 < n) code = ggml_get_rows(ctx, dw.markov_chain, ggml_argmax(ctx, row));  // greedy, as llama.cpp
+    }
+    biased = ggml_cont(ctx, biased);
+    ggml_tensor * ids = ggml_top_k(ctx, biased, g.top_k);  // [k, n]
+    ggml_tensor * values = ggml_reshape_2d(
+        ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, biased, 1, biased->ne[0], n), ids), g.top_k, n);
+    g.outputs.push_back(ids);
+    g.outputs.push_back(values);
+    if (confidence) g.outputs.push_back(ggml_reshape_1d(ctx, ggml_cont(ctx, confidence), n));
+}
+
 }  // namespace
 
 ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const DFlashWeights & dw) {
@@ -305,6 +378,8 @@ ggml_tensor * build_dflash_block(ForwardGraph & g, const DFlashParams & d, const
         for (ggml_tensor * t : {lattice.ids, lattice.scores, lattice.pairs}) {
             if (t) g.outputs.push_back(t);
         }
+    } else if (d.dspark) {
+        build_dspark(g, d, dw, final);
     }
     return final;
 }

@@ -49,6 +49,7 @@ struct ForwardGraph {
     std::vector<StateSources> state_sources;
     // Body-specific results read after the forward (a DFlash2 lattice), in order.
     std::vector<ggml_tensor *> outputs;
+    int top_k = 0;  // the ids per row a body ranks in its own outputs (a DSpark block)
     // Nodes with effects that no output depends on (state and cache writes):
     // added to the graph after everything the builder returned.
     std::vector<ggml_tensor *> writes;

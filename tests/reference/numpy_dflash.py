@@ -77,6 +77,7 @@ class DFlashReference:
         self.n_swa = m.get("dflash.attention.sliding_window", 0)
         self.swa = m["dflash.attention.sliding_window_pattern"] if self.n_swa else [False] * self.n_layer
         self.dflash2 = "selector_hidden.weight" in self.w
+        self.sample_from_anchor = bool(m.get("dflash.sample_from_anchor", True))
         if self.dflash2:
             self.kernel, self.group = m["dflash.conv_kernel_size"], m["dflash.conv_group_size"]
             self.top_k = m["dflash.selector_top_k"]
@@ -109,13 +110,38 @@ class DFlashReference:
     def draft(self, context, anchor: int, n_max: int) -> np.ndarray:
         """Logits [n_max, n_vocab] of the MASK rows of [anchor, MASK x n_max] at positions P..;
         a DFlash2 drafter's after its logit transform."""
-        logits, _ = self._block(context, anchor, n_max)
+        logits, _ = self._block(context, [anchor] + [self.mask] * n_max)
         return logits[1:]
+
+    def dspark_draft(self, context, anchor: int, n: int) -> tuple[list[int], np.ndarray, np.ndarray | None]:
+        """A DSpark drafter's n greedy drafts, their Markov-biased logits [n, n_vocab] and
+        confidences [n] (None without the head). Anchor-first: [anchor, MASK x (n - 1)],
+        each row predicting the token after it; else [anchor, MASK x n] and the MASK rows.
+        Row i's bias is markov_w2 @ markov_w1[prev], prev the anchor for the first row and
+        the greedy pick of the row before after (llama.cpp's in-graph chain)."""
+        first = 0 if self.sample_from_anchor else 1
+        logits, final = self._block(context, [anchor] + [self.mask] * (n - 1 + first))
+        w1, w2 = self.w["markov_w1.weight"], self.w["markov_w2.weight"]
+        tokens, rows, confidence, prev = [], [], [], anchor
+        for i in range(first, first + n):
+            bias = w2 @ w1[prev]
+            if self.d2t is not None:  # the head's rows scattered over the target's vocabulary
+                full = np.zeros(logits.shape[1])
+                full[self.d2t] = bias
+                bias = full
+            row = logits[i] + bias
+            if "conf_proj.weight" in self.w:
+                z = self.w["conf_proj.weight"].reshape(-1) @ np.concatenate([final[i], w1[prev]])
+                confidence.append(1.0 / (1.0 + np.exp(-(z + self.w.get("conf_proj.bias", np.zeros(1))[0]))))
+            prev = int(np.argmax(row))
+            tokens.append(prev)
+            rows.append(row)
+        return tokens, np.array(rows), np.array(confidence) if confidence else None
 
     def walk(self, context, anchor: int, n_max: int) -> tuple[list[int], list[float]]:
         """DFlash2's greedy walk over its lattice: the draft and each position's probability
         (softmax of the top-k candidates' scores given the chosen predecessor)."""
-        logits, final = self._block(context, anchor, n_max)
+        logits, final = self._block(context, [anchor] + [self.mask] * n_max)
         gate = final @ self.w["selector_hidden.weight"].T
         pred_codes, succ_codes = self.w["selector_predecessor.weight"], self.w["selector_successor.weight"]
         tokens, probabilities, previous = [], [], anchor
@@ -128,11 +154,11 @@ class DFlashReference:
             probabilities.append(float(1.0 / np.exp(scores - scores[j]).sum()))
         return tokens, probabilities
 
-    def _block(self, context, anchor: int, n_max: int) -> tuple[np.ndarray, np.ndarray]:
-        pos0, n = len(context[0][0]), n_max + 1
+    def _block(self, context, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        pos0, n = len(context[0][0]), len(tokens)
         positions = np.arange(pos0, pos0 + n)
         embd = self.w.get("token_embd.weight", self.target["token_embd.weight"])
-        x = embd[[anchor] + [self.mask] * n_max].copy()
+        x = embd[tokens].copy()
         for il in range(self.n_layer):
             def attention(h, il=il):
                 q = (h @ self._layer(il, "attn_q").T).reshape(n, self.n_head, self.head_dim)

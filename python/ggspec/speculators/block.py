@@ -1,4 +1,5 @@
-"""BlockDraftSpeculator: a block drafter (DFlash) proposes a whole window per pass.
+"""BlockDraftSpeculator: a block drafter (DFlash, DFlash2, DSpark) proposes a whole
+window per pass.
 
 The drafter's context is the target's residual rows of every committed token.
 Commits queue them and the next proposal injects them (one pass, however many
@@ -7,8 +8,10 @@ steps the governor kept drafting parked), then runs one forward over
 (a governor probe, the end of the generation) runs a shorter block: cheaper, and
 its drafts differ from a full block's (the drafter is non-causal), never the
 output. The draft is the drafter's greedy walk (a DFlash2 lattice, or each
-row's argmax); it stops where the cumulative probability of the prefix falls
-below min_draft_prob. In rejection mode a DFlash block draws each row's draft from
+row's argmax, a DSpark row's after its Markov bias); it stops where the cumulative
+probability of the prefix falls below min_draft_prob, or, for a DSpark drafter with
+a confidence head, where a row's confidence does (llama.cpp's draft-dspark gate). An
+anchor-first DSpark block of n rows drafts n tokens. In rejection mode a DFlash block draws each row's draft from
 q, the request's chain over that row (its rows are drafted in one pass, so each
 row's q is its own whatever the rows before it drew); a DFlash2 lattice walk
 defines no distribution, so its q stays one-hot (match mode's acceptance).
@@ -32,7 +35,7 @@ class BlockDraftSpeculator(Speculator):
     can_arm_after_prefix_reuse = True
 
     def __init__(self, drafter, max_draft_tokens: int | None = None, min_draft_prob: float | None = None):
-        window = drafter.block_size - 1
+        window = drafter.max_draft
         super().__init__(window if max_draft_tokens is None else min(max_draft_tokens, window), min_draft_prob)
         self.drafter = drafter
         self.hidden_layers = drafter.target_layers
@@ -56,7 +59,7 @@ class BlockDraftSpeculator(Speculator):
         window = min(self.max_draft_tokens, ctx.max_draft)
         q_of = ctx.sampler if ctx.sampler is not None and not self.drafter.lattice else None  # a lattice has no q
         top_k = TOP_K if q_of is None else min(rows_top_k(q_of), self.drafter.head_rows)
-        draft = self.drafter.draft(ctx.history[-1], ctx.position, window + 1, top_k)
+        draft = self.drafter.draft(ctx.history[-1], ctx.position, window + self.drafter.first_draft_row, top_k)
         # the gate reads the walk over each row's TOP_K logits, whatever the rows hold for q
         gated = draft if top_k == TOP_K else dataclasses.replace(draft, values=draft.values[:, :TOP_K],
                                                                  ids=draft.ids[:, :TOP_K])
@@ -66,7 +69,8 @@ class BlockDraftSpeculator(Speculator):
         n = 0
         for i, (token, p) in enumerate(zip(tokens, probabilities)):
             prefix *= p
-            if prefix < self.min_draft_prob:
+            gate = prefix if draft.confidence is None else draft.confidence[i]
+            if gate < self.min_draft_prob:
                 break
             if q_of is not None:  # each row's own q: the block's rows do not read each other's drafts
                 picked = pick_draft(q_of, draft.values[i], draft.ids[i], ctx.position + 1 + i)
