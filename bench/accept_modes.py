@@ -2,6 +2,7 @@
 
     python -m bench.accept_modes                   # each model's F16 target with its Q4_0 draft
     python -m bench.accept_modes --models smollm2-135m-q4_1 --seeds 0 1 2 -n 96
+    python -m bench.accept_modes --draft-type q4_k_m        # another 4-bit draft of the same weights
 
 Match mode keeps a draft when the target's own (seed, position) draw equals it:
 a draft of the draft's argmax lands with probability p(d). Rejection mode draws
@@ -58,6 +59,7 @@ def main() -> None:
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--pmin", type=float, help="the draft's confidence gate (default: the draft model's, 0.5)")
+    p.add_argument("--draft-type", default=DRAFT_PAIR[1], help=f"the draft's type (default {DRAFT_PAIR[1]})")
     args = p.parse_args()
     prompts = [pr.name for suite in SUITES.values() for pr in suite.prompts[:args.prompts_per_suite]]
     print(f"{len(prompts)} prompts x {len(args.seeds)} seeds, {args.n} tokens, temperature {args.temperature}, "
@@ -67,11 +69,13 @@ def main() -> None:
     for name, path in model_paths().items():
         if args.models and name not in args.models:
             continue
-        target, draft = str(variant(path, DRAFT_PAIR[0])), str(variant(path, DRAFT_PAIR[1]))
+        # llama-quantize writes the same bits in either peer build: the test command's (wheel) will do
+        target = str(variant(path, DRAFT_PAIR[0], flavor="wheel"))
+        draft = str(variant(path, args.draft_type, flavor="wheel"))
         result = measure(target, draft, prompts, args.seeds, args.n, args.threads, args.temperature, args.pmin)
         for mode in MODES:
             r = result[mode]
-            print(f"| {name} {DRAFT_PAIR[0].upper()} / {DRAFT_PAIR[1].upper()} | {mode} | "
+            print(f"| {name} {DRAFT_PAIR[0].upper()} / {args.draft_type.upper()} | {mode} | "
                   f"{r['accepted'] / max(1, r['drafted']):.3f} | {r['drafted']} | "
                   f"{statistics.median(r['tps']):.1f} |", flush=True)
 

@@ -368,7 +368,7 @@ def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
     same files and greedy input: a full block of n_max drafts each step, no gate, governor
     off. (DFlash2's lattice walk logs no candidates in llama.cpp, so it is not compared here.)"""
     from bench.peer.peer import peer_tokenize
-    from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
+    from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 
     drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
     text, n, n_max = "a b c d e", 40, 4
@@ -378,11 +378,8 @@ def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
     mode = "draft-dspark" if variant.startswith("dspark") else "draft-dflash"
     cmd = [*speculative_cmd(qwen3_target, text, mode, n_predict=n, threads=1, ctx=256),
            "-md", str(drafter), "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
-    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     target = model.target
     speculator = recording(BlockDraftSpeculator)(target.attach_drafter(drafter), n_max, 0.0)
-    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
-    output = [t for step in execution.generate(ids, n) for t in step]
-    compared = compare(theirs, speculator.proposals, len(ids), output, full=n_max)
+    compared = drafts_against_llama_cpp(cmd, target, speculator, ids, n, full=n_max)
     print(f"{variant}: DFlash drafts compared with llama.cpp: {compared}")
     assert compared >= 24, compared

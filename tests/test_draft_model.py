@@ -292,11 +292,8 @@ def test_threads_draft_flag(tiny_model):
 @pytest.mark.parametrize("arch", ["llama", "gemma3"])
 def test_draft_tokens_are_llama_cpps(tiny_model, arch):
     from bench.peer.commands import speculative_cmd
-    from bench.peer.generation_stats import run_for_stats
     from bench.peer.peer import peer_tokenize
-    from ggspec.engine.execution import SpeculativeExecution
-    from ggspec.engine.sampling import Sampler, SamplerConfig
-    from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
+    from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 
     # a draft of other (random) weights: most drafts miss, so both engines draft from
     # (almost) every position and the two schedules meet at the same positions
@@ -307,13 +304,10 @@ def test_draft_tokens_are_llama_cpps(tiny_model, arch):
     # llama.cpp with a fixed window (n_max 3) and no gate (p_min 0); ggspec the same, governor off
     cmd = [*speculative_cmd(path, text, "draft-simple", n_predict=n, threads=1, ctx=256, draft_model=drafter),
            "--spec-draft-n-max", "3", "--spec-draft-p-min", "0", "-v"]
-    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     target = model.target
     speculator = recording(DraftModelSpeculator)(target.attach_draft_model(drafter), target.n_vocab,
                                                  max_draft_tokens=3, min_draft_prob=0.0, window=3)
-    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
-    output = [t for step in execution.generate(ids, n) for t in step]
-    compared = compare(theirs, speculator.proposals, len(ids), output, full=3)
+    compared = drafts_against_llama_cpp(cmd, target, speculator, ids, n, full=3)
     assert compared >= 24, compared
 
 

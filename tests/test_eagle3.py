@@ -165,11 +165,8 @@ def test_a_d2t_without_its_own_head_is_refused(tiny_model, tmp_path):
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_eagle3_draft_tokens_are_llama_cpps(tiny_model, tmp_path, arch):
     from bench.peer.commands import speculative_cmd
-    from bench.peer.generation_stats import run_for_stats
     from bench.peer.peer import peer_tokenize
-    from ggspec.engine.execution import SpeculativeExecution
-    from ggspec.engine.sampling import Sampler, SamplerConfig
-    from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
+    from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 
     path, text, n, n_max = tiny_model(arch, "f32"), "a b c d e", 40, 3
     model = ggspec.Model(path, n_ctx=256, n_threads=1)
@@ -180,11 +177,8 @@ def test_eagle3_draft_tokens_are_llama_cpps(tiny_model, tmp_path, arch):
     # llama.cpp with a fixed window (n_max 3) and no gate (p_min 0); ggspec the same, governor off
     cmd = [*speculative_cmd(path, text, "draft-eagle3", n_predict=n, threads=1, ctx=256, draft_model=eagle3),
            "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
-    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     speculator = recording(DraftHeadSpeculator)(target.attach_draft_head(eagle3), max_draft_tokens=n_max,
                                                 min_draft_prob=0.0)
-    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
-    output = [t for step in execution.generate(ids, n) for t in step]
-    compared = compare(theirs, speculator.proposals, len(ids), output, full=n_max)
+    compared = drafts_against_llama_cpp(cmd, target, speculator, ids, n, full=n_max)
     print(f"EAGLE-3 drafts compared with llama.cpp: {compared}")
     assert compared >= 24, compared

@@ -360,9 +360,8 @@ def test_nextn_head_draft_tokens_are_llama_cpps(tmp_path):
     and greedy input: a fixed window of 3, no gate, governor off. The tiny head's drafts
     rarely land, so both engines draft from (almost) every position."""
     from bench.peer.commands import speculative_cmd
-    from bench.peer.generation_stats import run_for_stats
     from bench.peer.peer import peer_tokenize
-    from tests.fixtures.peer_drafts import compare, llama_cpp_proposals, recording
+    from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 
     path, text, n, n_max = str(write_tiny_qwen35(tmp_path / "q35.gguf")), "a b c d e", 40, 3
     model = ggspec.Model(path, n_ctx=256, n_threads=1)
@@ -370,12 +369,9 @@ def test_nextn_head_draft_tokens_are_llama_cpps(tmp_path):
     assert ids == peer_tokenize(path, text, add_special=True, parse_special=True)
     cmd = [*speculative_cmd(path, text, "draft-mtp", n_predict=n, threads=1, ctx=256),
            "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
-    theirs = llama_cpp_proposals(run_for_stats(cmd, parse=lambda out: {"log": out})["log"])
     target = model.target
     speculator = recording(DraftHeadSpeculator)(target.draft_head, max_draft_tokens=n_max,
                                                 min_draft_prob=0.0)
-    execution = SpeculativeExecution(target, Sampler(SamplerConfig(temperature=0), target.n_vocab), speculator)
-    output = [t for step in execution.generate(ids, n) for t in step]
-    compared = compare(theirs, speculator.proposals, len(ids), output, full=n_max)
+    compared = drafts_against_llama_cpp(cmd, target, speculator, ids, n, full=n_max)
     print(f"NextN drafts compared with llama.cpp: {compared}")
     assert compared >= 24, compared

@@ -58,13 +58,19 @@ def grouped_conv(x: np.ndarray, dyn: np.ndarray, base: np.ndarray, side: int, ke
     return y
 
 
+def read_drafter(path, target: ReferenceModel) -> tuple[GGUFReader, dict, np.ndarray | None, dict]:
+    """A drafter file's reader, its weights (float64 by name), its d2t map (or None) and its
+    target's weights (float64 by name)."""
+    reader = GGUFReader(path)
+    weights = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), np.float64) for t in reader.tensors
+               if t.name != "d2t"}
+    d2t = next((np.array(t.data, np.int64) for t in reader.tensors if t.name == "d2t"), None)
+    return reader, weights, d2t, {name: np.asarray(t, np.float64) for name, t in target.weights.items()}
+
+
 class DFlashReference:
     def __init__(self, path, target: ReferenceModel):
-        reader = GGUFReader(path)
-        self.w = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), np.float64) for t in reader.tensors
-                  if t.name != "d2t"}
-        self.d2t = next((np.array(t.data, np.int64) for t in reader.tensors if t.name == "d2t"), None)
-        self.target = {name: np.asarray(t, np.float64) for name, t in target.weights.items()}
+        reader, self.w, self.d2t, self.target = read_drafter(path, target)
         m = _metadata(reader)
         self.n_embd, self.n_layer = m["dflash.embedding_length"], m["dflash.block_count"]
         self.n_head, self.n_head_kv = m["dflash.attention.head_count"], m["dflash.attention.head_count_kv"]

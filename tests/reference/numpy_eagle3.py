@@ -12,9 +12,9 @@ check ggspec against it.
 from __future__ import annotations
 
 import numpy as np
-from gguf import GGUFReader, quants
+from gguf import GGUFReader
 
-from tests.reference.numpy_dflash import rms
+from tests.reference.numpy_dflash import read_drafter, rms
 from tests.reference.numpy_model import ReferenceModel
 
 
@@ -36,11 +36,7 @@ def _scalar(reader: GGUFReader, key: str, default=None):
 
 class Eagle3Reference:
     def __init__(self, path, target: ReferenceModel):
-        reader = GGUFReader(path)
-        self.w = {t.name: np.array(quants.dequantize(t.data, t.tensor_type), np.float64) for t in reader.tensors
-                  if t.name != "d2t"}
-        self.d2t = next((np.array(t.data, np.int64) for t in reader.tensors if t.name == "d2t"), None)
-        self.target = {name: np.asarray(t, np.float64) for name, t in target.weights.items()}
+        reader, self.w, self.d2t, self.target = read_drafter(path, target)
         self.n_embd = _scalar(reader, "eagle3.embedding_length")
         self.n_head = _scalar(reader, "eagle3.attention.head_count")
         self.n_head_kv = _scalar(reader, "eagle3.attention.head_count_kv")
