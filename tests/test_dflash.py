@@ -35,6 +35,7 @@ VARIANTS = {
     "dspark-bonus-anchor": dict(dspark=dict(sample_from_anchor=False)),
     "dspark-reduced-vocab": dict(dspark={}, reduced_vocab=96),
     "dspark-no-confidence": dict(dspark=dict(confidence=False)),
+    "dspark-f16": dict(dspark={}, dtype="f16"),  # conf_proj an F16 matrix, as llama.cpp's converter writes it
 }
 DSPARK_VARIANTS = [v for v in VARIANTS if v.startswith("dspark")]
 
@@ -250,8 +251,9 @@ def test_bad_bindings_fail_clearly(qwen3_target, tmp_path, change, words):
     (dict(drop=("markov_w1.weight",), dspark=None), None),  # a plain DFlash file
     (dict(drop=("markov_w2.weight",)), "has markov_w1.weight but no markov_w2.weight"),
     (dict(drop=("conf_proj.weight", "conf_proj.bias")), "says it has a confidence head"),
-    (dict(n_vocab=300), "vocabulary"),
-    (dict(dspark=dict(rank=8), reduced_vocab=96, drop=("d2t",)), "LM head over 96 tokens"),
+    (dict(dspark=dict(w1_rows=300)), "Markov codes for 300 tokens"),
+    (dict(dspark=dict(w2_rows=300)), "biases 300 tokens"),
+    (dict(dspark=dict(w2_rows=320), reduced_vocab=96), "biases 320 tokens .* its LM head ranks 96"),
 ])
 def test_a_dspark_file_missing_a_piece_is_refused_by_name(qwen3_target, tmp_path, change, words):
     options = {"dspark": {}, **change}

@@ -49,16 +49,23 @@ def greedy_drafts(head, tokens, trunk_rows, n):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_drafts_match_the_numpy_reference(tiny_model, tmp_path, variant):
     path = tiny_model("llama", "f32")
-    target = ggspec.load(path, n_ctx=256, n_threads=2)
+    target = ggspec.load(path, n_ctx=256, n_threads=2, kv_type="f32")  # the reference's trunk bit for bit
     head = target.attach_draft_head(eagle3_for(target, tmp_path / "eagle3.gguf", **VARIANTS[variant]))
     assert head.trunk_row_width == 3 * target.n_embd
     tokens = list(range(10, 40)) + [77]
-    trunk_rows = target.spec_forward(tokens[:-1], hidden_layers=list(head.trunk_taps)).hidden
-    drafts, first = greedy_drafts(head, tokens, trunk_rows, 6)
+    ref = Eagle3Reference(head.path, ReferenceModel(path))
+    # the target's rows at the file's eagle3.target_layers, as the reference reads them (its
+    # layer count: the output after the final norm), and the same rows from ggspec's taps
+    _, hidden = ReferenceModel(path).forward(tokens[:-1])
+    features = np.concatenate([hidden["final" if layer == target.n_layer else layer] for layer in ref.target_layers],
+                              axis=1)
+    taps = target.spec_forward(tokens[:-1], hidden_layers=list(head.trunk_taps)).hidden
+    np.testing.assert_array_equal(taps, features)
+    drafts, first = greedy_drafts(head, tokens, features, 6)
 
-    ref_drafts, steps = Eagle3Reference(head.path, ReferenceModel(path)).draft(tokens, trunk_rows, 6)
+    ref_drafts, steps = ref.draft(tokens, features, 6)
     assert drafts == ref_drafts
-    np.testing.assert_allclose(first, np.sort(steps[0])[::-1][:10], rtol=0, atol=0.02)  # the KV cache is f16
+    np.testing.assert_allclose(first, np.sort(steps[0])[::-1][:10], rtol=0, atol=0.02)
 
 
 def test_a_reduced_head_drafts_only_its_tokens_and_ranks_no_more_rows_than_it_has(tiny_model, tmp_path):
@@ -123,6 +130,37 @@ def test_cli_generates_with_an_eagle3_drafter(tiny_model, tmp_path):
     assert drafted["stats"]["spec_type"] == "draft-head" and drafted["stats"]["draft_n"] > 0
 
 
+class RecordingHead:
+    """Stands for a per-token head: records what the speculator asks of it."""
+
+    trunk_taps, trunk_row_width = ("final",), 4
+
+    def __init__(self):
+        self.calls = []
+
+    def skip(self, start, end):
+        self.calls.append(("skip", start, end))
+
+    def draft_catch_up_and_step(self, tokens, trunk_rows, start, top_k):
+        self.calls.append(("rows", list(tokens), np.asarray(trunk_rows).tolist(), start))
+        return np.array([5.0, 0.0]), np.array([9, 8]), np.zeros(4, np.float32)
+
+
+def test_a_reused_prefix_is_skipped_with_the_row_after_it():
+    """The head never saw the prefix's trunk rows: positions [0, reused) and the first new
+    token's row (it reads the prefix's last row) are skipped; the rows after read the
+    committed trunk rows before them, and the pending token the last one."""
+    from ggspec.speculators.base import DraftContext
+
+    head = RecordingHead()
+    speculator = DraftHeadSpeculator(head, max_draft_tokens=1, min_draft_prob=0.0)
+    rows = np.arange(12, dtype=np.float32).reshape(3, 4)
+    speculator.commit([21, 22, 23], rows, 10)  # prompt positions 10..12 after 10 reused
+    history = list(range(10)) + [21, 22, 23, 24]
+    assert speculator.propose(DraftContext(history, 13, 1), out := []) == 1 and out == [9]
+    assert head.calls == [("skip", 0, 11), ("rows", [22, 23, 24], rows.tolist(), 11)]
+
+
 # --- files bound to another target, and broken files --------------------------------
 
 REFUSED = {
@@ -143,7 +181,9 @@ def test_a_file_that_does_not_fit_is_refused_by_name(tiny_model, tmp_path, case)
     options = {"target_width": target.n_embd, "n_vocab": target.n_vocab, "target_layers": (0, 1, 2), **options}
     with pytest.raises(ModelFormatError, match=message):
         target.attach_draft_head(write_tiny_eagle3(tmp_path / "eagle3.gguf", **options))
-    assert target.draft_head is own and target.draft_head.path == target.path  # it keeps its own head
+    assert target.draft_head is own and target.draft_head.path == target.path  # it keeps its own head,
+    rows = np.zeros((2, target.n_embd), np.float32)  # in the core too: rows as wide as a NextN head's
+    assert len(own.draft_catch_up_and_step([5, 6], rows, 0, 4)[1]) == 4
 
 
 def test_a_d2t_without_its_own_head_is_refused(tiny_model, tmp_path):

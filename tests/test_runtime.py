@@ -191,7 +191,7 @@ def test_rejection_mode_samples_follow_the_target_distribution(tiny_model):
     assert abs(accepted / trials - expected_acceptance) < 0.04
 
 
-@pytest.mark.parametrize("kind", ["draft-head", "eagle3", "block", "dspark"])
+@pytest.mark.parametrize("kind", ["draft-head", "eagle3", "block", "dspark", "dspark-bonus-anchor"])
 def test_rejection_mode_with_a_learned_drafters_q(tiny_model, tmp_path, kind):
     """A NextN head, an EAGLE-3 head, a DFlash block and a DSpark block draw their drafts
     from q (the request's chain over their rows) and report it: the emitted token follows
@@ -210,7 +210,8 @@ def test_rejection_mode_with_a_learned_drafters_q(tiny_model, tmp_path, kind):
     else:
         target = ggspec.load(tiny_model("qwen3", "f32"), n_ctx=64, n_threads=2)
         drafter = target.attach_drafter(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(0, 1),
-                                                          dspark={} if kind == "dspark" else None))
+                                                          dspark={"dspark": {}, "dspark-bonus-anchor": dict(
+                                                              sample_from_anchor=False)}.get(kind)))
         speculator = BlockDraftSpeculator(drafter, max_draft_tokens=1, min_draft_prob=0.0)
     prompt, config = [5, 17, 42, 99, 7], SamplerConfig(temperature=4.0, top_k=0, top_p=1.0, min_p=0.0)
     ids, weights = Sampler(config, target.n_vocab).distribution(target.spec_forward(prompt + [11]).logits[0], None)

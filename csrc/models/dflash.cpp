@@ -98,7 +98,8 @@ void load_dspark(const ModelFile & f, const Hparams & hp, DFlashParams & d, DFla
     dw.markov_w1 = f.tensor("markov_w1.weight", {rank, w1->ne[1]});
     dw.markov_w2 = f.tensor("markov_w2.weight", {rank, w2->ne[1]});
     dw.markov_chain = dw.markov_w1;
-    dw.conf_proj = f.tensor_or_null("conf_proj.weight", {hp.n_embd + rank, 1});
+    // a [n, 1] matrix (llama.cpp's converter quantizes it as one), not a vector
+    dw.conf_proj = f.tensor_or_null("conf_proj.weight", {hp.n_embd + rank, 1}, TensorRole::matrix);
     dw.conf_bias = dw.conf_proj ? f.tensor_or_null("conf_proj.bias", {1}) : nullptr;
     const std::string conf_key = hp.key("has_confidence_head");
     if (!dw.conf_proj && f.has_key(conf_key) && f.get_int(conf_key) != 0) {

@@ -130,8 +130,9 @@ def step_costs_of(target, speculator: Speculator, options: SpecOptions) -> StepC
     time they are asked for (on the sequence being planned for), then kept for the target."""
     base = getattr(target, "target", target)  # a SequenceView's Target
     known = _MEASURED.setdefault(base, {})
-    key = (speculator.name, speculator.max_draft_tokens, options.draft_model, options.draft_threads,
-           tuple(options.drafter_switches().items()))
+    head = base.draft_head if speculator.name == "draft-head" else None  # the file's own, or an attached EAGLE-3
+    key = (speculator.name, speculator.max_draft_tokens, options.draft_model, None if head is None else head.path,
+           options.draft_threads, tuple(options.drafter_switches().items()))
     if key not in known:
         known[key] = measure_step_costs(target, speculator)
     return known[key]
