@@ -51,3 +51,14 @@ def test_a_held_tail_that_does_not_complete_goes_out():
 
 def test_no_stop_strings_pass_everything_at_once():
     assert run([], ["a", "b"])[2] == ["a", "b", ""]
+
+
+def test_a_longer_stop_string_that_began_first_wins_over_a_shorter_one_inside_it():
+    # "a\n\n" began at 0, before "\n" completed at 1: the text waits, and the first wins
+    assert run(["\n", "a\n\n"], ["a\n", "\n"])[0] == ""
+    # it fails to complete: the shorter one, already in the held tail, stops the text
+    out, matcher, _ = run(["\n", "a\n\n"], ["a\n", "b"])
+    assert out == "a" and matcher.matched == "\n"
+    # the generation ends while the longer one may still complete: the shorter one stops it
+    out, matcher, _ = run(["\n", "a\n\n"], ["a\n"])
+    assert out == "a" and matcher.matched == "\n"

@@ -78,6 +78,8 @@ class RequestRun:
         request = self.request
         self._put(self.decoder.flush())
         self._emit(self.stop_strings.flush())
+        if self.stop_strings.matched is not None:  # one complete in the held tail
+            self.stop = "stop"
         tokens = request.tokens
         prefix = self.execution.prefix
         if prefix is not None:

@@ -1,7 +1,8 @@
 """Stop strings, matched in the generated text across token boundaries.
 
 Text streams out as it is decoded, except a tail that could still be the start
-of a stop string: that tail waits for the next piece. When a stop string
+of a stop string: that tail waits for the next piece, even past a shorter stop
+string complete inside it (the one that began first wins). When a stop string
 completes, the text before it is the last to go out, and the stop string itself
 never does (OpenAI's and llama-server's `stop`).
 """
@@ -25,19 +26,31 @@ class StopStrings:
         text = self._held + piece
         if not self.stops:
             return text
-        found = [(i, s) for s in self.stops if (i := text.find(s)) >= 0]
-        if found:
-            i, self.matched = min(found)
+        found = _first_match(text, self.stops)
+        keep = max((_overlap(text, s) for s in self.stops), default=0)
+        start = len(text) - keep  # where the earliest stop string that may still complete begins
+        if found and found[0] <= start:  # none can still complete before it
+            i, self.matched = found
             self._held = ""
             return text[:i]
-        keep = max((_overlap(text, s) for s in self.stops), default=0)
-        self._held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep]
+        self._held = text[start:]  # with a complete stop string in it, when a longer one began earlier
+        return text[:start]
 
     def flush(self) -> str:
-        """The held tail, at the end of generation (no stop string can complete now)."""
+        """The held tail, at the end of generation: the text before a stop string complete in
+        it (`matched`), else all of it (no stop string can complete now)."""
         held, self._held = self._held, ""
+        found = _first_match(held, self.stops)
+        if found:
+            self.matched = found[1]
+            return held[:found[0]]
         return held
+
+
+def _first_match(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """(where, which) of the stop string that completes first in text, by where it begins."""
+    found = [(i, s) for s in stops if (i := text.find(s)) >= 0]
+    return min(found) if found else None
 
 
 def _overlap(text: str, stop: str) -> int:
