@@ -363,12 +363,13 @@ def test_the_confidence_gate_is_on_the_cumulative_prefix_probability():
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab", "dspark", "dspark-bonus-anchor",
-                                     "dspark-reduced-vocab"])
+@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab", "dflash2", "dflash2-reduced-vocab",
+                                     "dspark", "dspark-bonus-anchor", "dspark-reduced-vocab"])
 def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
     """The same blocks as llama.cpp's draft-dflash (draft-dspark for a DSpark file), on the
     same files and greedy input: a full block of n_max drafts each step, no gate, governor
-    off. (DFlash2's lattice walk logs no candidates in llama.cpp, so it is not compared here.)"""
+    off. A DFlash2 lattice walk's picks are logged by the peer build's instrumentation
+    (bench/peer/instrument.py), with their probabilities given the chosen predecessor."""
     from bench.peer.peer import peer_tokenize
     from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 

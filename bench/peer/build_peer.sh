@@ -88,7 +88,7 @@ build_flavor() {
   local out="$PEER_DIR/$flavor"
   local bin="$out/build/bin"
   local stamp="$out/stamp"
-  local stamp_text="$SDIST_NAME==$SDIST_VERSION ${COMMON_FLAGS[*]} $extra"
+  local stamp_text="$SDIST_NAME==$SDIST_VERSION ${COMMON_FLAGS[*]} $extra instrumented-dflash2-walk"
 
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" && -f "$bin/libllama.so" ]]; then
     local missing=0 t
@@ -115,6 +115,8 @@ main() {
   for f in "${flavors[@]}"; do flavor_flags "$f" > /dev/null; done
   mkdir -p "$PEER_DIR"
   fetch_sdist
+  # debug log lines for DFlash2's lattice walk (bench/peer/instrument.py), for the parity tests
+  python3 "$(dirname "$0")/instrument.py" "$SDIST_DIR/vendor/llama.cpp" > /dev/null
   install_python_bindings
   for f in "${flavors[@]}"; do
     mkdir -p "$PEER_DIR/$f"
