@@ -113,8 +113,9 @@ py::tuple head_forward(Target & t, const TokenArray & tokens, const FloatRows & 
     DraftHead & head = head_of(t);
     const int64_t width = chained ? head.chained_width() : head.trunk_width();
     if (tokens.ndim() != 1 || hidden.ndim() != 2 || hidden.shape(0) != tokens.shape(0) || hidden.shape(1) != width) {
-        throw std::invalid_argument("a draft head takes n token ids and an [n, " + std::to_string(width) + "] array of " +
-                                    (chained ? "its own output rows" : "the trunk rows") + " before them");
+        throw std::invalid_argument("a draft head takes n token ids and an [n, " + std::to_string(width) +
+                                    "] array of " + (chained ? "its own output rows" : "the trunk rows") +
+                                    " before them");
     }
     if (top_k < 0 || top_k > head.hparams().n_vocab) throw std::invalid_argument("top_k must be in [0, n_vocab]");
     ForwardOutputs out;

@@ -7,7 +7,7 @@
 
 #include "buffers.h"
 #include "errors.h"
-#include "models/head_model.h"
+#include "models/drafter_file.h"
 
 namespace ggspec {
 
@@ -69,15 +69,7 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
                                    std::to_string(target.n_layer - 1));
         }
     }
-    const size_t vocab = file_->array_size("tokenizer.ggml.tokens");
-    if (vocab != 0 && (int64_t) vocab != target.n_vocab) {
-        throw ModelFormatError("drafter '" + path + "' has a vocabulary of " + std::to_string(vocab) +
-                               " tokens, its target " + std::to_string(target.n_vocab));
-    }
-    if (hp_.n_vocab != 0 && hp_.n_vocab != target.n_vocab) {
-        throw ModelFormatError("drafter '" + path + "' embeds " + std::to_string(hp_.n_vocab) +
-                               " tokens, its target " + std::to_string(target.n_vocab));
-    }
+    require_target_vocabulary(*file_, hp_.n_vocab, target.n_vocab, "drafter");
     if (dw_.predecessor && dw_.predecessor->ne[1] != target.n_vocab) {
         throw ModelFormatError("drafter '" + path + "' has selector codebooks over " +
                                std::to_string(dw_.predecessor->ne[1]) + " tokens, its target " +
@@ -115,13 +107,17 @@ void BlockDrafter::bind_to(const Hparams & target, const ModelWeights & target_w
 
 void BlockDrafter::reduce_tables(ggml_backend_dev_t dev) {
     std::vector<std::pair<ggml_tensor *, ggml_tensor **>> tables;  // [width, n_vocab] -> its head rows
-    if (d_.dflash2()) tables = {{dw_.predecessor, &dw_.candidate_predecessor}, {dw_.successor, &dw_.candidate_successor}};
+    if (d_.dflash2()) {
+        tables = {{dw_.predecessor, &dw_.candidate_predecessor}, {dw_.successor, &dw_.candidate_successor}};
+    }
     if (d_.dspark) tables = {{dw_.markov_w1, &dw_.markov_chain}};
     const int64_t rows = (int64_t) head_to_token_.size();
     ggml_init_params params = {ggml_tensor_overhead() * tables.size(), nullptr, true};
     table_ctx_.reset(ggml_init(params));
     std::vector<ggml_tensor *> out;
-    for (const auto & [table, _] : tables) out.push_back(ggml_new_tensor_2d(table_ctx_.get(), GGML_TYPE_F32, table->ne[0], rows));
+    for (const auto & [table, _] : tables) {
+        out.push_back(ggml_new_tensor_2d(table_ctx_.get(), GGML_TYPE_F32, table->ne[0], rows));
+    }
     table_buf_.reset(allocate_tensors(table_ctx_.get(), ggml_backend_dev_buffer_type(dev),
                                       "the drafter's tables reduced to its head's tokens"));
     std::vector<float> full, reduced;
@@ -186,7 +182,8 @@ void BlockDrafter::read_body_outputs(const CachedGraph & g, BlockDraft & out) {
     out.values.resize(out.ids.size());
     if (d_.selects()) out.pairs.resize((size_t) ((out.rows - 1) * out.k * out.k));
     if (d_.dspark && dw_.conf_proj) out.confidence.resize((size_t) out.rows);
-    void * dst[] = {out.ids.data(), out.values.data(), d_.selects() ? (void *) out.pairs.data() : out.confidence.data()};
+    void * third = d_.selects() ? (void *) out.pairs.data() : out.confidence.data();  // a lattice's pairs, or DSpark's
+    void * dst[] = {out.ids.data(), out.values.data(), third};
     for (size_t i = 0; i < g.body_outputs.size(); ++i) {
         ggml_backend_tensor_get(g.body_outputs[i], dst[i], 0, ggml_nbytes(g.body_outputs[i]));
         readback_bytes_ += ggml_nbytes(g.body_outputs[i]);

@@ -33,7 +33,8 @@ void DraftHead::skip(int64_t from, int64_t to, int64_t seq) {
                                     ": it holds " + std::to_string(seq_len(seq)) + " positions of " +
                                     std::to_string(kv_->n_ctx()));
     }
-    const int64_t kv_from = std::max<int64_t>(from - m_.first_token, 0), kv_to = std::max<int64_t>(to - m_.first_token, 0);
+    const int64_t kv_from = std::max<int64_t>(from - m_.first_token, 0);
+    const int64_t kv_to = std::max<int64_t>(to - m_.first_token, 0);
     kv_->rewind(kv_from, seq);
     kv_->skip(kv_to - kv_from, seq);
 }

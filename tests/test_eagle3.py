@@ -11,7 +11,7 @@ from ggspec.engine.planner import check_draft_model
 from ggspec.errors import ModelFormatError
 from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.options import SpecOptions
-from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
+from tests.fixtures.tiny_eagle3 import write_tiny_eagle3, write_tiny_eagle3_for
 from tests.reference.numpy_eagle3 import Eagle3Reference
 from tests.reference.numpy_model import ReferenceModel
 from tests.test_draft_model import GREEDY, PROMPT, SEEDED, run
@@ -24,13 +24,6 @@ VARIANTS = {
     "own-embeddings-and-head": dict(own_embeddings=True, own_head=True),
     "narrower": dict(n_embd=48, own_embeddings=True, own_head=True),
 }
-
-
-def eagle3_for(target, path, **options):
-    """An EAGLE-3 file bound to `target` (a loaded Target): its width, and by default taps
-    at its first layer, its middle one and its output after the final norm."""
-    options.setdefault("target_layers", (0, target.n_layer // 2, target.n_layer))
-    return str(write_tiny_eagle3(path, target_width=target.n_embd, n_vocab=target.n_vocab, **options))
 
 
 def greedy_drafts(head, tokens, trunk_rows, n):
@@ -50,7 +43,7 @@ def greedy_drafts(head, tokens, trunk_rows, n):
 def test_drafts_match_the_numpy_reference(tiny_model, tmp_path, variant):
     path = tiny_model("llama", "f32")
     target = ggspec.load(path, n_ctx=256, n_threads=2, kv_type="f32")  # the reference's trunk bit for bit
-    head = target.attach_draft_head(eagle3_for(target, tmp_path / "eagle3.gguf", **VARIANTS[variant]))
+    head = target.attach_draft_head(write_tiny_eagle3_for(target, tmp_path / "eagle3.gguf", **VARIANTS[variant]))
     assert head.trunk_row_width == 3 * target.n_embd
     tokens = list(range(10, 40)) + [77]
     ref = Eagle3Reference(head.path, ReferenceModel(path))
@@ -70,7 +63,7 @@ def test_drafts_match_the_numpy_reference(tiny_model, tmp_path, variant):
 
 def test_a_reduced_head_drafts_only_its_tokens_and_ranks_no_more_rows_than_it_has(tiny_model, tmp_path):
     target = ggspec.load(tiny_model("llama", "f32"), n_ctx=256, n_threads=2)
-    head = target.attach_draft_head(eagle3_for(target, tmp_path / "eagle3.gguf", reduced_vocab=24))
+    head = target.attach_draft_head(write_tiny_eagle3_for(target, tmp_path / "eagle3.gguf", reduced_vocab=24))
     d2t = Eagle3Reference(head.path, ReferenceModel(tiny_model("llama", "f32"))).d2t
     tokens = list(range(10, 30))
     before = np.vstack([np.zeros((1, head.trunk_row_width), np.float32),
@@ -87,7 +80,7 @@ def test_eagle3_output_is_plain_output(tiny_model, tmp_path, arch):
     """Greedy and seeded, with and without a reused prefix. The head of random weights
     drafts badly, so most drafts miss: rollbacks every step, and the output must not move."""
     model = ggspec.Model(tiny_model(arch, "q8_0"), n_ctx=256, n_threads=2)
-    eagle3 = eagle3_for(model.target, tmp_path / "eagle3.gguf")
+    eagle3 = write_tiny_eagle3_for(model.target, tmp_path / "eagle3.gguf")
     spec = SpecOptions(draft_model=eagle3, governor=False, pmin=0.0)
     with ggspec.Engine(model) as engine:
         for sampling in (GREEDY, SEEDED):
@@ -106,7 +99,7 @@ def test_an_eagle3_file_is_a_draft_head_that_auto_picks(tiny_model, tmp_path):
     model = ggspec.Model(tiny_model("qwen35", "f32"), n_ctx=256, n_threads=2)
     own = model.target.draft_head
     assert own is not None and own.trunk_taps == ("final",)
-    eagle3 = eagle3_for(model.target, tmp_path / "eagle3.gguf")
+    eagle3 = write_tiny_eagle3_for(model.target, tmp_path / "eagle3.gguf")
     assert check_draft_model(eagle3) == "draft-head"
     with ggspec.Engine(model) as engine:
         out = run(engine, PROMPT, SpecOptions(draft_model=eagle3, governor=False), GREEDY)
@@ -118,7 +111,7 @@ def test_cli_generates_with_an_eagle3_drafter(tiny_model, tmp_path):
     from tests.test_cli import ggspec as run_cli
 
     path = tiny_model("llama", "q8_0")
-    eagle3 = eagle3_for(ggspec.load(path, n_ctx=64, n_threads=1), tmp_path / "eagle3.gguf")
+    eagle3 = write_tiny_eagle3_for(ggspec.load(path, n_ctx=64, n_threads=1), tmp_path / "eagle3.gguf")
     plain = run_cli("generate", "-m", path, "-p", "x y z", "-n", "12", "--temp", "0", "--no-spec", "--json")
     drafted = run_cli("generate", "-m", path, "-p", "x y z", "-n", "12", "--temp", "0", "--draft-model", eagle3,
                       "--spec-governor", "off", "--spec-pmin", "0", "--json")
@@ -211,7 +204,7 @@ def test_eagle3_draft_tokens_are_llama_cpps(tiny_model, tmp_path, arch):
     path, text, n, n_max = tiny_model(arch, "f32"), "a b c d e", 40, 3
     model = ggspec.Model(path, n_ctx=256, n_threads=1)
     target = model.target
-    eagle3 = eagle3_for(target, tmp_path / "eagle3.gguf", target_layers=(0, 1, target.n_layer - 1))
+    eagle3 = write_tiny_eagle3_for(target, tmp_path / "eagle3.gguf", target_layers=(0, 1, target.n_layer - 1))
     ids = model.encode_prompt(text)
     assert ids == peer_tokenize(path, text, add_special=True, parse_special=True)
     # llama.cpp with a fixed window (n_max 3) and no gate (p_min 0); ggspec the same, governor off

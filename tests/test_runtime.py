@@ -97,7 +97,7 @@ ROLLBACKS = ("snapshots", "snapshots-host", "reforward")  # a recurrent trunk's 
 
 @pytest.fixture(scope="module")
 def tiny_targets(tiny_model, tmp_path_factory):
-    from tests.test_eagle3 import eagle3_for
+    from tests.fixtures.tiny_eagle3 import write_tiny_eagle3_for
 
     targets = {(arch, dtype, None): ggspec.load(tiny_model(arch, dtype), n_ctx=512, n_threads=2)
                for arch in ARCHS for dtype in ("f32", "q8_0")}
@@ -109,7 +109,7 @@ def tiny_targets(tiny_model, tmp_path_factory):
         # a draft model: the same weights at the other type (most drafts land, not all)
         target.attach_draft_model(tiny_model(arch, "q8_0" if dtype == "f32" else "f32"))
         # an EAGLE-3 head of random weights (most drafts miss), in place of a qwen35 file's own
-        target.attach_draft_head(eagle3_for(target, root / f"{arch}-{dtype}-{rollback}.gguf"))
+        target.attach_draft_head(write_tiny_eagle3_for(target, root / f"{arch}-{dtype}-{rollback}.gguf"))
     return targets
 
 
@@ -203,9 +203,9 @@ def test_rejection_mode_with_a_learned_drafters_q(tiny_model, tmp_path, kind):
     if kind in ("draft-head", "eagle3"):
         target = ggspec.load(tiny_model("qwen35" if kind == "draft-head" else "llama", "f32"), n_ctx=64, n_threads=2)
         if kind == "eagle3":
-            from tests.test_eagle3 import eagle3_for
+            from tests.fixtures.tiny_eagle3 import write_tiny_eagle3_for
 
-            target.attach_draft_head(eagle3_for(target, tmp_path / "eagle3.gguf"))
+            target.attach_draft_head(write_tiny_eagle3_for(target, tmp_path / "eagle3.gguf"))
         speculator = DraftHeadSpeculator(target.draft_head, max_draft_tokens=1, min_draft_prob=0.0)
     else:
         target = ggspec.load(tiny_model("qwen3", "f32"), n_ctx=64, n_threads=2)

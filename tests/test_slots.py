@@ -192,9 +192,9 @@ def engines(request, tiny_model, tmp_path_factory):
     model = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
     alone = ggspec.Model(path, n_ctx=128, prefill_chunk=CHUNK, n_threads=2, prefix_cache_mb=None)
     if request.param != "qwen35":
-        from tests.test_eagle3 import eagle3_for
+        from tests.fixtures.tiny_eagle3 import write_tiny_eagle3_for
 
-        eagle3 = eagle3_for(model.target, tmp_path_factory.mktemp("slots") / "eagle3.gguf")
+        eagle3 = write_tiny_eagle3_for(model.target, tmp_path_factory.mktemp("slots") / "eagle3.gguf")
         model.target.attach_draft_head(eagle3)
         alone.target.attach_draft_head(eagle3)
     with ggspec.Engine(model, slots=N_SEQS) as engine, ggspec.Engine(alone) as solo:

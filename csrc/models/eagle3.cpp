@@ -7,6 +7,7 @@
 #include <string>
 
 #include "errors.h"
+#include "models/drafter_file.h"
 #include "models/head_model.h"
 #include "models/layers.h"
 
@@ -76,11 +77,7 @@ HeadModel eagle3_head_model(const std::string & path, const Hparams & trunk, con
         m.trunk_taps.push_back(layer == trunk.n_layer ? -1 : (int) layer);  // n_layer: after the final norm
     }
     m.trunk_width = 3 * width;
-    const size_t vocab = f.array_size("tokenizer.ggml.tokens");
-    if (vocab != 0 && (int64_t) vocab != trunk.n_vocab) {
-        throw ModelFormatError("EAGLE-3 drafter '" + path + "' has a vocabulary of " + std::to_string(vocab) +
-                               " tokens, its target " + std::to_string(trunk.n_vocab));
-    }
+    require_target_vocabulary(f, hp.n_vocab, trunk.n_vocab, "EAGLE-3 drafter");
 
     const int64_t e = hp.n_embd, n_q = hp.head_dim * hp.n_head, n_kv = hp.n_embd_kv();
     Eagle3Weights ew;
@@ -102,10 +99,6 @@ HeadModel eagle3_head_model(const std::string & path, const Hparams & trunk, con
     m.w.output_norm = f.tensor("output_norm.weight", {e});
 
     // Embeddings and LM head: its own where it ships them, else the target's.
-    if (hp.n_vocab != 0 && hp.n_vocab != trunk.n_vocab) {
-        throw ModelFormatError("EAGLE-3 drafter '" + path + "' embeds " + std::to_string(hp.n_vocab) +
-                               " tokens, its target " + std::to_string(trunk.n_vocab));
-    }
     if (e != trunk.n_embd && !(f.find_tensor("token_embd.weight") && f.find_tensor("output.weight"))) {
         throw ModelFormatError("EAGLE-3 drafter '" + path + "' is " + std::to_string(e) + " wide, its target " +
                                std::to_string(trunk.n_embd) + ": it must ship its own token_embd and output");

@@ -42,8 +42,4 @@ HeadModel nextn_head_model(const ModelFile & file, const Architecture & arch, co
 HeadModel eagle3_head_model(const std::string & path, const Hparams & trunk, const ModelWeights & trunk_w,
                             ggml_backend_dev_t dev);
 
-// A d2t table (I64 [head rows]) read from `file`: every entry a token of a vocabulary of n_vocab.
-std::vector<int64_t> read_token_map(const ModelFile & file, const ggml_tensor * d2t, int64_t n_vocab,
-                                    const std::string & what);
-
 }  // namespace ggspec

@@ -24,7 +24,8 @@ import numpy as np
 from ggspec.engine.batch_costs import BatchRowCosts
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
 from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
-from ggspec.engine.planner import SpeculationPlan, check_draft_model, drafter_attached, plan_speculation
+from ggspec.engine.planner import (SpeculationPlan, attached_drafter, check_draft_model, drafter_attached,
+                                   plan_speculation)
 from ggspec.engine.prefix_cache import prefix_cache_of
 from ggspec.engine.request_run import RequestRun, new_execution
 from ggspec.engine.stream import Request
@@ -149,9 +150,8 @@ class BatchScheduler:
             users = [slot.seq for slot in self.order
                      if slot.execution.speculator is not None and slot.execution.speculator.name == kind]
             if users:
-                attached = {"draft": self.target.draft_model, "draft-head": self.target.draft_head,
-                            "block": self.target.block_drafter}[kind]
-                reason = (f"{kind}: slot {users[0]} drafts with the attached drafter {attached.path}; "
+                reason = (f"{kind}: slot {users[0]} drafts with the attached drafter "
+                          f"{attached_drafter(self.target, kind).path}; "
                           f"one drafter serves every slot")
                 return SpeculationPlan(None, SpeculationCostGovernor(enabled=options.governor), options,
                                        reason if options.enabled else None)

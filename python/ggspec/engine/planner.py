@@ -66,20 +66,29 @@ def _architecture(path: str, size: int, mtime_ns: int):
     return read_metadata(path).get("general.architecture")
 
 
+#: the speculators that draft with a drafter of the target's, and the Target property holding it
+_DRAFTER_PROPERTY = {"draft": "draft_model", "draft-head": "draft_head", "block": "block_drafter"}
+
+
+def attached_drafter(target, kind: str):
+    """The target's drafter that the speculator `kind` drafts with (the draft model, the
+    per-token head, the block drafter), or None (none attached, or a kind without one)."""
+    name = _DRAFTER_PROPERTY.get(kind)
+    return None if name is None else getattr(target, name)
+
+
 def drafter_attached(target, options: SpecOptions) -> bool:
     """Whether the target's drafter of options.draft_model's kind is that file, attached
     with these options."""
     kind = check_draft_model(options.draft_model)
+    attached = attached_drafter(target, kind)
+    if attached is None or os.path.realpath(attached.path) != os.path.realpath(options.draft_model):
+        return False
     if kind == "draft":
-        attached = target.draft_model
-        return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
-                and attached.threads_asked == options.draft_threads)
-    if kind == "draft-head":
-        attached = target.draft_head
-        return attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
-    attached = target.block_drafter
-    return (attached is not None and os.path.realpath(attached.path) == os.path.realpath(options.draft_model)
-            and attached.switches == options.drafter_switches())
+        return attached.threads_asked == options.draft_threads
+    if kind == "block":
+        return attached.switches == options.drafter_switches()
+    return True
 
 
 def attach_drafter(target, options: SpecOptions) -> None:
@@ -130,8 +139,8 @@ def step_costs_of(target, speculator: Speculator, options: SpecOptions) -> StepC
     time they are asked for (on the sequence being planned for), then kept for the target."""
     base = getattr(target, "target", target)  # a SequenceView's Target
     known = _MEASURED.setdefault(base, {})
-    head = base.draft_head if speculator.name == "draft-head" else None  # the file's own, or an attached EAGLE-3
-    key = (speculator.name, speculator.max_draft_tokens, options.draft_model, None if head is None else head.path,
+    drafter = attached_drafter(base, speculator.name)  # what drafts: a file's own head, or what was attached
+    key = (speculator.name, speculator.max_draft_tokens, None if drafter is None else drafter.path,
            options.draft_threads, tuple(options.drafter_switches().items()))
     if key not in known:
         known[key] = measure_step_costs(target, speculator)
@@ -141,5 +150,5 @@ def step_costs_of(target, speculator: Speculator, options: SpecOptions) -> StepC
 _MEASURED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # Target -> {key: StepCosts}
 
 
-__all__ = ["SpeculationPlan", "plan_speculation", "drafter_attached", "attach_drafter", "check_draft_model",
-           "SUPPORTED_DRAFTERS"]
+__all__ = ["SpeculationPlan", "plan_speculation", "attached_drafter", "drafter_attached", "attach_drafter",
+           "check_draft_model", "SUPPORTED_DRAFTERS"]

@@ -11,10 +11,11 @@ output. The draft is the drafter's greedy walk (a DFlash2 lattice, or each
 row's argmax, a DSpark row's after its Markov bias); it stops where the cumulative
 probability of the prefix falls below min_draft_prob, or, for a DSpark drafter with
 a confidence head, where a row's confidence does (llama.cpp's draft-dspark gate). An
-anchor-first DSpark block of n rows drafts n tokens. In rejection mode a DFlash block draws each row's draft from
-q, the request's chain over that row (its rows are drafted in one pass, so each
-row's q is its own whatever the rows before it drew); a DFlash2 lattice walk
-defines no distribution, so its q stays one-hot (match mode's acceptance).
+anchor-first DSpark block of n rows drafts n tokens. In rejection mode a DFlash or
+DSpark block draws each row's draft from q, the request's chain over that row (its
+rows are drafted in one pass, so each row's q is its own whatever the rows before it
+drew); a DFlash2 lattice walk defines no distribution, so its q stays one-hot (match
+mode's acceptance).
 """
 
 from __future__ import annotations
