@@ -93,6 +93,31 @@ void bind_qkv(const ModelFile & f, const std::string & p, int64_t n_embd, int64_
     }
 }
 
+// llama.cpp's LLAMA_MAX_EXPERTS: the most experts its graphs (and files) have.
+constexpr int64_t kMaxExperts = 1024;
+
+// The expert counts and widths, with llama.cpp's defaults for the widths: an
+// expert n_ff / n_expert_used, the shared expert n_ff.
+void read_expert_hparams(const ModelFile & f, Hparams & hp) {
+    const std::string count_key = hp.key("expert_count"), used_key = hp.key("expert_used_count");
+    hp.n_expert = f.get_int(count_key, 0);
+    hp.n_expert_used = f.has_key(used_key) ? uniform_int(f, used_key) : 0;
+    if (hp.n_expert <= 0 || hp.n_expert > kMaxExperts) {
+        throw ModelFormatError("GGUF key '" + count_key + "' must be in 1.." + std::to_string(kMaxExperts) +
+                               " for a " + hp.arch + " file, got " + std::to_string(hp.n_expert));
+    }
+    if (hp.n_expert_used <= 0 || hp.n_expert_used > hp.n_expert) {
+        throw ModelFormatError("GGUF key '" + used_key + "' must be in 1.." + std::to_string(hp.n_expert) +
+                               " (the expert count), got " + std::to_string(hp.n_expert_used));
+    }
+    const std::string exp_key = hp.key("expert_feed_forward_length");
+    const std::string shexp_key = hp.key("expert_shared_feed_forward_length");
+    hp.n_ff_exp = f.has_key(exp_key) ? uniform_int(f, exp_key) : hp.n_ff / hp.n_expert_used;
+    hp.n_ff_shexp = f.has_key(shexp_key) ? uniform_int(f, shexp_key) : hp.n_ff;
+    require_positive(exp_key, hp.n_ff_exp);
+    require_positive(shexp_key, hp.n_ff_shexp);
+}
+
 }  // namespace
 
 // Checked here, before ggml's asserts (an abort) or NaN logits can see them.
@@ -105,7 +130,7 @@ float finite_float(const ModelFile & f, const std::string & key, double fallback
     return (float) v;
 }
 
-Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
+Hparams read_common_hparams(const ModelFile & f, const std::string & arch, bool moe) {
     Hparams hp;
     hp.arch = arch;
     hp.n_embd = f.get_int(hp.key("embedding_length"));
@@ -142,10 +167,12 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch) {
     hp.rms_eps = finite_float(f, hp.key("attention.layer_norm_rms_epsilon"), 1e-5, 0.0, true);
     hp.rope_base = finite_float(f, hp.key("rope.freq_base"), 10000.0, 0.0, false);
     read_rope_scaling(f, hp);
-    if (f.get_int(hp.key("expert_count"), 0) > 0) {
+    if (moe) {
+        read_expert_hparams(f, hp);
+    } else if (f.get_int(hp.key("expert_count"), 0) > 0) {
         throw ModelFormatError("'" + f.path() + "' is a mixture of experts (" + hp.key("expert_count") + " " +
                                std::to_string(f.get_int(hp.key("expert_count"))) +
-                               "), which ggspec does not run yet for " + arch);
+                               "), which ggspec does not run for " + arch);
     }
     hp.kq_scale = 1.0f / std::sqrt((float) hp.head_dim);
     hp.is_swa.assign(hp.n_layer, false);
@@ -189,6 +216,23 @@ void bind_layers(const ModelFile & f, const Hparams & hp, const LayerOptions & o
             l.ffn_post_norm = f.tensor(p + "post_ffw_norm.weight", {hp.n_embd});
         }
     }
+}
+
+void bind_experts(const ModelFile & f, const Hparams & hp, const std::string & p, LayerWeights & l) {
+    const int64_t e = hp.n_embd, n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
+    ExpertWeights & x = l.experts;
+    x.router = f.tensor(p + "ffn_gate_inp.weight", {e, n_exp}, TensorRole::matrix);
+    x.gate_up = f.tensor_or_null(p + "ffn_gate_up_exps.weight", {e, 2 * n_ff, n_exp}, TensorRole::matrix);
+    if (!x.gate_up) {
+        x.gate = f.tensor(p + "ffn_gate_exps.weight", {e, n_ff, n_exp}, TensorRole::matrix);
+        x.up = f.tensor(p + "ffn_up_exps.weight", {e, n_ff, n_exp}, TensorRole::matrix);
+    }
+    x.down = f.tensor(p + "ffn_down_exps.weight", {n_ff, e, n_exp}, TensorRole::matrix);
+    // llama.cpp multiplies it as a one-column matrix; its converter writes it F32
+    x.shared_gate = f.tensor(p + "ffn_gate_inp_shexp.weight", {e}, TensorRole::matrix);
+    l.ffn_gate = f.tensor(p + "ffn_gate_shexp.weight", {e, hp.n_ff_shexp});
+    l.ffn_up = f.tensor(p + "ffn_up_shexp.weight", {e, hp.n_ff_shexp});
+    l.ffn_down = f.tensor(p + "ffn_down_shexp.weight", {hp.n_ff_shexp, e});
 }
 
 void require_full_rotary(const ModelFile & f, const Hparams & hp) {

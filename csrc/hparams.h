@@ -59,6 +59,12 @@ struct Hparams {
     int64_t ssm_v_heads = 0;         // Hv, a multiple of Hk
     int64_t n_nextn = 0;             // NextN (MTP) blocks stored after the trunk's layers
 
+    // Mixture-of-experts FFNs (qwen35moe): 0 experts = a dense FFN.
+    int64_t n_expert = 0;
+    int64_t n_expert_used = 0;  // experts routed to per row
+    int64_t n_ff_exp = 0;       // an expert's FFN width
+    int64_t n_ff_shexp = 0;     // the shared expert's
+
     int64_t n_embd_kv() const { return head_dim * n_head_kv; }
     float rope_ext_factor() const { return rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f; }
     bool recurrent(int64_t il) const { return !is_recurrent.empty() && is_recurrent[il]; }
@@ -67,6 +73,20 @@ struct Hparams {
     int64_t ssm_v_dim() const { return ssm_head_dim * ssm_v_heads; }
     int64_t ssm_conv_channels() const { return 2 * ssm_k_dim() + ssm_v_dim(); }  // q, k and v go through the conv
     std::string key(const std::string & suffix) const { return arch + "." + suffix; }
+};
+
+// The routed experts of a mixture-of-experts FFN, as llama.cpp's build_moe_ffn
+// runs them for qwen35moe: a softmax router picks n_expert_used experts per row,
+// their weights renormalized to sum to 1. The layer's dense ffn_gate/up/down
+// hold the shared expert (ffn_*_shexp), which every row runs, scaled by
+// sigmoid(shared_gate x).
+struct ExpertWeights {
+    ggml_tensor * router = nullptr;       // ffn_gate_inp [n_embd, n_expert]
+    ggml_tensor * gate = nullptr;         // ffn_gate_exps [n_embd, n_ff_exp, n_expert]
+    ggml_tensor * up = nullptr;           // ffn_up_exps [n_embd, n_ff_exp, n_expert]
+    ggml_tensor * gate_up = nullptr;      // ffn_gate_up_exps [n_embd, 2 n_ff_exp, n_expert]: gate and up fused
+    ggml_tensor * down = nullptr;         // ffn_down_exps [n_ff_exp, n_embd, n_expert]
+    ggml_tensor * shared_gate = nullptr;  // ffn_gate_inp_shexp [n_embd]
 };
 
 struct LayerWeights {
@@ -101,6 +121,8 @@ struct LayerWeights {
     ggml_tensor * ssm_alpha = nullptr;
     ggml_tensor * ssm_norm = nullptr;   // [dk], shared by the heads
     ggml_tensor * ssm_out = nullptr;
+
+    ExpertWeights experts;  // unset (router null) for a dense FFN
 };
 
 // A NextN (MTP) draft head's input projection: [enorm(embedding); hnorm(hidden)] -> n_embd.
@@ -127,8 +149,12 @@ struct ModelWeights {
 float finite_float(const ModelFile & file, const std::string & key, double fallback, double min, bool min_allowed);
 
 // The keys every supported architecture shares; the architecture's own
-// loader adds what is particular to it.
-Hparams read_common_hparams(const ModelFile & file, const std::string & arch);
+// loader adds what is particular to it. A file with experts is refused unless
+// the architecture runs them (moe), which then requires them.
+Hparams read_common_hparams(const ModelFile & file, const std::string & arch, bool moe = false);
+
+// Binds block p's routed experts and, into its dense FFN weights, its shared expert.
+void bind_experts(const ModelFile & file, const Hparams & hp, const std::string & p, LayerWeights & l);
 
 // token_embd / output_norm / output (tied to token_embd when absent).
 void bind_embeddings(const ModelFile & file, const Hparams & hp, ModelWeights & w);

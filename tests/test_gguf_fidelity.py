@@ -114,6 +114,42 @@ def test_a_qwen35_without_attention_layers_is_refused(tmp_path):
     refuses(path, "no full-attention layer")
 
 
+U32 = GGUFValueType.UINT32
+
+
+@pytest.mark.parametrize("keys,fragment", [
+    ({"qwen35moe.expert_count": (0, U32)}, "qwen35moe.expert_count' must be in 1..1024"),
+    ({"qwen35moe.expert_count": None}, "qwen35moe.expert_count' must be in 1..1024"),
+    ({"qwen35moe.expert_count": (4096, U32)}, "got 4096"),
+    ({"qwen35moe.expert_used_count": (9, U32)}, "qwen35moe.expert_used_count' must be in 1..8"),
+    ({"qwen35moe.expert_used_count": None}, "expert_used_count"),
+    ({"qwen35moe.expert_feed_forward_length": (0, U32)}, "expert_feed_forward_length' must be positive"),
+])
+def test_bad_expert_counts_are_refused(tiny_model, tmp_path, keys, fragment):
+    refuses(copy_gguf(tiny_model("qwen35moe"), tmp_path / "bad.gguf", keys=keys), fragment)
+
+
+@pytest.mark.parametrize("drop,fragment", [
+    (("blk.2.ffn_down_exps.weight",), "blk.2.ffn_down_exps.weight"),
+    (("blk.3.ffn_gate_inp.weight",), "blk.3.ffn_gate_inp.weight"),
+    (("blk.4.ffn_up_shexp.weight",), "blk.4.ffn_up_shexp.weight"),  # the NextN block's
+])
+def test_a_moe_file_missing_a_piece_is_refused(tiny_model, tmp_path, drop, fragment):
+    refuses(copy_gguf(tiny_model("qwen35moe"), tmp_path / "bad.gguf", drop=drop), fragment)
+
+
+def test_experts_of_the_wrong_width_are_refused(tmp_path):
+    path = write_tiny_qwen35(tmp_path / "moe.gguf", n_expert=8, n_expert_used=3)
+    wide = copy_gguf(str(path), tmp_path / "wide.gguf",
+                     keys={"qwen35moe.expert_feed_forward_length": (64, U32)})
+    refuses(wide, "ffn_gate_exps.weight")
+
+
+def test_experts_in_a_dense_architecture_are_refused(tiny_model, tmp_path):
+    path = copy_gguf(tiny_model("qwen35"), tmp_path / "q35.gguf", keys={"qwen35.expert_count": (8, U32)})
+    refuses(path, "mixture of experts", "qwen35.expert_count 8", "does not run for qwen35")
+
+
 def test_a_selector_wider_than_its_candidates_is_refused(tiny_model, tmp_path):
     drafter = write_tiny_dflash(tmp_path / "d2.gguf", dflash2={**DFLASH2, "selector_top_k": 400})
     expect_error(f"ggspec.load({tiny_model('qwen3')!r}, n_ctx=64).attach_drafter({str(drafter)!r})", REFUSED,

@@ -32,13 +32,18 @@ GREEDY = SamplerConfig(temperature=0)
 TOKENS = [1] + list(range(40, 70))
 
 
-@pytest.mark.parametrize("dtype,recurrent_layers,bound", [
-    ("f32", None, 0.01), ("f16", [True, False, True, False], 0.05), ("q8_0", None, 0.3)])
-def test_logits_match_the_numpy_reference(tmp_path, dtype, recurrent_layers, bound):
+MOE = dict(n_expert=8, n_expert_used=3)  # a qwen35moe file
+
+
+@pytest.mark.parametrize("dtype,options,bound", [
+    ("f32", {}, 0.01), ("f16", dict(recurrent_layers=[True, False, True, False]), 0.05), ("q8_0", {}, 0.3),
+    ("f32", MOE, 0.01), ("f32", MOE | dict(n_expert_used=1), 0.01), ("q8_0", MOE | dict(fused_gate_up=True), 0.3),
+    ("q4_k", MOE | dict(n_expert_used=8), 0.5)])
+def test_logits_match_the_numpy_reference(tmp_path, dtype, options, bound):
     # The reference's recurrence is plain float32 (ggml's products, not its GDN
     # summation order), hence bounds rather than bits; a wrong formula moves logits
     # whose spread is ~4 by whole units.
-    path = write_tiny_qwen35(tmp_path / "tiny.gguf", dtype=dtype, recurrent_layers=recurrent_layers)
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf", dtype=dtype, **options)
     ours = ggspec.load(path, n_ctx=128, n_threads=2).spec_forward(TOKENS, all_logits=True).logits
     ref, _ = Qwen35Reference(path).forward(TOKENS)
     assert np.abs(ours - ref).max() < bound
@@ -165,10 +170,11 @@ def test_random_accept_reject_patterns_leave_plain_decoding_state(targets, path,
 # ---- the MTP / NextN draft head ------------------------------------------------------
 
 
-def test_draft_head_matches_the_numpy_reference(tmp_path):
+@pytest.mark.parametrize("options", [{}, MOE])
+def test_draft_head_matches_the_numpy_reference(tmp_path, options):
     """A catch-up over the prompt folded with the first step, then a chained step that
     reads the head's own output row: outputs and top logits agree with the reference."""
-    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf", **options)
     ref = Qwen35Reference(path)
     _, hidden = ref.forward(TOKENS)
     before = np.concatenate([np.zeros((1, hidden["final"].shape[1]), np.float32), hidden["final"][:-1]])
@@ -186,8 +192,9 @@ def test_draft_head_matches_the_numpy_reference(tmp_path):
     assert ids[0] == ref_logits[-1].argmax()
 
 
-def test_draft_head_rows_are_batch_invariant(tmp_path):
-    path = write_tiny_qwen35(tmp_path / "tiny.gguf")
+@pytest.mark.parametrize("options", [{}, MOE])
+def test_draft_head_rows_are_batch_invariant(tmp_path, options):
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf", **options)
     target = ggspec.load(path, n_ctx=128)
     hidden = target.spec_forward(TOKENS, hidden_layers=["final"]).hidden
     before = np.vstack([np.zeros((1, target.n_embd), np.float32), hidden[:-1]])
@@ -295,8 +302,12 @@ def decode(target, config, prompt, n, speculator=None):
 
 @pytest.fixture(scope="module")
 def head_targets(tmp_path_factory):
-    path = write_tiny_qwen35(tmp_path_factory.mktemp("q35h") / "tiny.gguf", dtype="q8_0")
-    return {p: ggspec.load(path, n_ctx=512, n_threads=2, recurrent_rollback=p) for p in PATHS}
+    """By rollback path, and ("moe", path) for a qwen35moe file."""
+    root = tmp_path_factory.mktemp("q35h")
+    path = write_tiny_qwen35(root / "tiny.gguf", dtype="q8_0")
+    moe = write_tiny_qwen35(root / "tiny-moe.gguf", dtype="q8_0", **MOE)
+    return ({p: ggspec.load(path, n_ctx=512, n_threads=2, recurrent_rollback=p) for p in PATHS}
+            | {("moe", p): ggspec.load(moe, n_ctx=512, n_threads=2, recurrent_rollback=p) for p in PATHS})
 
 
 def test_folded_and_unfolded_heads_draft_the_same(head_targets):
@@ -320,10 +331,10 @@ def test_folded_and_unfolded_heads_draft_the_same(head_targets):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(path=st.sampled_from(PATHS), kind=st.sampled_from(["draft-head", "ngram"]), fold=st.booleans(),
-       window=st.integers(1, 6), sampled=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_speculative_output_is_plain_output(head_targets, path, kind, fold, window, sampled, seed):
-    target = head_targets[path]
+@given(path=st.sampled_from(PATHS), moe=st.booleans(), kind=st.sampled_from(["draft-head", "ngram"]),
+       fold=st.booleans(), window=st.integers(1, 6), sampled=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_speculative_output_is_plain_output(head_targets, path, moe, kind, fold, window, sampled, seed):
+    target = head_targets[("moe", path) if moe else path]
     config = SamplerConfig(temperature=0.8, top_p=0.95, top_k=40, min_p=0.0, seed=seed) if sampled else GREEDY
     rng = np.random.default_rng(seed)
     prompt = rng.integers(3, target.n_vocab, size=int(rng.integers(1, 30))).tolist()
@@ -355,7 +366,8 @@ def test_the_snapshot_budget_bounds_a_verify_and_the_draft_window(tmp_path):
 
 
 @pytest.mark.peer
-def test_nextn_head_draft_tokens_are_llama_cpps(tmp_path):
+@pytest.mark.parametrize("options", [{}, MOE])
+def test_nextn_head_draft_tokens_are_llama_cpps(tmp_path, options):
     """The same drafts as llama.cpp's draft-mtp from the file's own head, on the same file
     and greedy input: a fixed window of 3, no gate, governor off. The tiny head's drafts
     rarely land, so both engines draft from (almost) every position."""
@@ -363,7 +375,7 @@ def test_nextn_head_draft_tokens_are_llama_cpps(tmp_path):
     from bench.peer.peer import peer_tokenize
     from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 
-    path, text, n, n_max = str(write_tiny_qwen35(tmp_path / "q35.gguf")), "a b c d e", 40, 3
+    path, text, n, n_max = str(write_tiny_qwen35(tmp_path / "q35.gguf", **options)), "a b c d e", 40, 3
     model = ggspec.Model(path, n_ctx=256, n_threads=1)
     ids = model.encode_prompt(text)
     assert ids == peer_tokenize(path, text, add_special=True, parse_special=True)

@@ -1,8 +1,8 @@
-"""The tiny qwen35 files the tests write are llama.cpp's format: llama.cpp loads
-them (the interval and the per-layer forms of the layer kinds, float and
-quantized) and decodes with them, a hybrid trunk of GatedDeltaNet and attention;
-ggspec agrees with it on every clear argmax, and llama.cpp's own MTP speculation
-runs on the files' NextN block."""
+"""The tiny qwen35 and qwen35moe files the tests write are llama.cpp's format:
+llama.cpp loads them (the interval and the per-layer forms of the layer kinds,
+float and quantized, experts in separate or fused gate/up stacks) and decodes with
+them, a hybrid trunk of GatedDeltaNet and attention; ggspec agrees with it on every
+clear argmax, and llama.cpp's own MTP speculation runs on the files' NextN block."""
 
 import math
 
@@ -18,9 +18,10 @@ from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 pytestmark = pytest.mark.peer
 
 
-@pytest.mark.parametrize("dtype,recurrent_layers", [("f32", None), ("q8_0", [True, False, True, False])])
-def test_llama_cpp_runs_the_tiny_qwen35(tmp_path, dtype, recurrent_layers):
-    path = write_tiny_qwen35(tmp_path / "tiny-qwen35.gguf", dtype=dtype, recurrent_layers=recurrent_layers)
+@pytest.mark.parametrize("dtype,options", [("f32", {}), ("q8_0", dict(recurrent_layers=[True, False, True, False])),
+                                           ("q4_k", dict(n_expert=8, n_expert_used=3))])
+def test_llama_cpp_runs_the_tiny_qwen35(tmp_path, dtype, options):
+    path = write_tiny_qwen35(tmp_path / "tiny-qwen35.gguf", dtype=dtype, **options)
     [(ids, margins)] = peer_greedy(path, [[1, 50, 60, 70, 80]], 8, n_threads=1)
     assert len(ids) == 8 and all(0 <= t < 320 for t in ids)
     assert all(math.isfinite(m) for m in margins)
@@ -33,11 +34,15 @@ def test_layer_kind_flags_must_cover_the_trunk(tmp_path):
 
 
 # two shapes: the default (grouped GDN heads, layer kinds by interval) and a wider one
-# (ungrouped GDN heads, head_dim 64 with 16 rotated dims, per-layer kind flags)
+# (ungrouped GDN heads, head_dim 64 with 16 rotated dims, per-layer kind flags); each
+# also as qwen35moe (8 experts, 3 a row; the wide one 16 experts, 4 a row, gate and up fused)
+WIDE = dict(n_layer=6, recurrent_layers=[True, True, False, True, True, False], ssm_groups=4, ssm_v_heads=4,
+            ssm_state=32, head_dim=64, n_rot=16, rope_sections=(4, 2, 2, 0), n_head=2, n_head_kv=1)
 SHAPES = {
     "grouped": {},
-    "wide": dict(n_layer=6, recurrent_layers=[True, True, False, True, True, False], ssm_groups=4, ssm_v_heads=4,
-                 ssm_state=32, head_dim=64, n_rot=16, rope_sections=(4, 2, 2, 0), n_head=2, n_head_kv=1),
+    "wide": WIDE,
+    "grouped-moe": dict(n_expert=8, n_expert_used=3),
+    "wide-moe": WIDE | dict(n_expert=16, n_expert_used=4, fused_gate_up=True),
 }
 MARGIN = 0.1  # ggspec's f32 logits stay within 0.02 of llama.cpp's on these files
 

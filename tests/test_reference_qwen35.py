@@ -1,4 +1,4 @@
-"""The NumPy qwen35 reference (tests/reference/numpy_qwen35.py) against llama.cpp on
+"""The NumPy qwen35 and qwen35moe reference (tests/reference/numpy_qwen35.py) against llama.cpp on
 the same tiny files: the first oracle checked by the second before any ggspec code
 runs the architecture.
 
@@ -20,10 +20,11 @@ TOKENS = [1] + list(range(40, 70))
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("dtype,recurrent_layers,bound", [
-    ("f32", None, 0.02), ("f16", [True, False, True, False], 0.1), ("q8_0", None, 0.3)])
-def test_reference_logits_match_llama_cpp(tmp_path, dtype, recurrent_layers, bound):
-    path = write_tiny_qwen35(tmp_path / "tiny.gguf", dtype=dtype, recurrent_layers=recurrent_layers)
+@pytest.mark.parametrize("dtype,options,bound", [
+    ("f32", {}, 0.02), ("f16", dict(recurrent_layers=[True, False, True, False]), 0.1), ("q8_0", {}, 0.3),
+    ("f32", dict(n_expert=8, n_expert_used=3), 0.02), ("f16", dict(n_expert=16, n_expert_used=2, fused_gate_up=True), 0.1)])
+def test_reference_logits_match_llama_cpp(tmp_path, dtype, options, bound):
+    path = write_tiny_qwen35(tmp_path / "tiny.gguf", dtype=dtype, **options)
     ours, _ = Qwen35Reference(path).forward(TOKENS)
     theirs = peer_logits(path, TOKENS, n_threads=1)
     assert np.abs(ours - theirs).max() < bound

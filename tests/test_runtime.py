@@ -93,6 +93,7 @@ def decode(target, config, prompt, n, speculator=None):
 
 
 ROLLBACKS = ("snapshots", "snapshots-host", "reforward")  # a recurrent trunk's three rollback paths
+RECURRENT_ARCHS = ("qwen35", "qwen35moe")  # TARGET_ARCHS with a recurrent trunk
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +102,9 @@ def tiny_targets(tiny_model, tmp_path_factory):
 
     targets = {(arch, dtype, None): ggspec.load(tiny_model(arch, dtype), n_ctx=512, n_threads=2)
                for arch in ARCHS for dtype in ("f32", "q8_0")}
-    targets |= {("qwen35", dtype, rollback): ggspec.load(tiny_model("qwen35", dtype), n_ctx=512, n_threads=2,
-                                                         recurrent_rollback=rollback)
-                for dtype in ("f32", "q8_0") for rollback in ROLLBACKS}
+    targets |= {(arch, dtype, rollback): ggspec.load(tiny_model(arch, dtype), n_ctx=512, n_threads=2,
+                                                     recurrent_rollback=rollback)
+                for arch in RECURRENT_ARCHS for dtype in ("f32", "q8_0") for rollback in ROLLBACKS}
     root = tmp_path_factory.mktemp("eagle3")
     for (arch, dtype, rollback), target in targets.items():
         # a draft model: the same weights at the other type (most drafts land, not all)
@@ -119,7 +120,7 @@ def tiny_targets(tiny_model, tmp_path_factory):
        sampled=st.booleans(), top_k=st.sampled_from([0, 40]), seed=st.integers(0, 2**32 - 1), error_rate=st.floats(0.0, 0.6))
 def test_speculative_output_is_plain_output(tiny_targets, arch, rollback, dtype, kind, window, sampled, top_k, seed,
                                            error_rate):
-    target = tiny_targets[(arch, dtype, rollback if arch == "qwen35" else None)]
+    target = tiny_targets[(arch, dtype, rollback if arch in RECURRENT_ARCHS else None)]
     config = SamplerConfig(temperature=0.8, top_p=0.95, top_k=top_k, min_p=0.0, seed=seed) if sampled else GREEDY
     rng = np.random.default_rng(seed)
     prompt = rng.integers(3, target.n_vocab, size=int(rng.integers(1, 40))).tolist()

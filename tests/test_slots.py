@@ -26,7 +26,8 @@ def _bits(a: np.ndarray) -> bytes:
 # --- the target: forward_batch against each sequence alone -------------------
 
 @pytest.fixture(scope="module", params=[("llama", "q8_0", "auto"), ("gemma3", "q4_k", "auto"),
-                                        ("gemma3", "f16", "off"), ("qwen35", "q8_0", "auto")],
+                                        ("gemma3", "f16", "off"), ("qwen35", "q8_0", "auto"),
+                                        ("qwen35moe", "q4_0", "auto")],
                 ids=lambda p: "-".join(p))
 def targets(request, tiny_model):
     arch, dtype, kernels = request.param

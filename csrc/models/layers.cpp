@@ -139,4 +139,41 @@ ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * 
     return g.matmul(l.ffn_down, h);
 }
 
+ggml_tensor * mixture_of_experts(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
+    ggml_context * ctx = g.ctx;
+    const ExpertWeights & ex = l.experts;
+    const int64_t n = g.n_rows, e = g.hp.n_embd, n_used = g.hp.n_expert_used;
+    ggml_tensor * probs = ggml_soft_max(ctx, g.matmul(ex.router, x));  // [n_expert, n]
+    ggml_tensor * chosen = ggml_argsort_top_k(ctx, probs, (int) n_used);  // [n_used, n], best first
+    ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, g.hp.n_expert, n), chosen);
+    weights = ggml_reshape_2d(ctx, weights, n_used, n);
+    // llama.cpp clamps the sum to the smallest normal half before dividing
+    ggml_tensor * sum = ggml_clamp(ctx, ggml_sum_rows(ctx, weights), 6.103515625e-5f, INFINITY);
+    weights = ggml_reshape_3d(ctx, ggml_div(ctx, weights, sum), 1, n_used, n);
+
+    ggml_tensor * rows = ggml_reshape_3d(ctx, x, e, 1, n);
+    ggml_tensor * gate;
+    ggml_tensor * up;
+    if (ex.gate_up) {
+        ggml_tensor * gate_up = ggml_mul_mat_id(ctx, ex.gate_up, rows, chosen);  // [2 n_ff_exp, n_used, n]
+        const int64_t n_ff = gate_up->ne[0] / 2;
+        gate = ggml_view_3d(ctx, gate_up, n_ff, n_used, n, gate_up->nb[1], gate_up->nb[2], 0);
+        up = ggml_view_3d(ctx, gate_up, n_ff, n_used, n, gate_up->nb[1], gate_up->nb[2], n_ff * gate_up->nb[0]);
+    } else {
+        up = ggml_mul_mat_id(ctx, ex.up, rows, chosen);  // [n_ff_exp, n_used, n]
+        gate = ggml_mul_mat_id(ctx, ex.gate, rows, chosen);
+    }
+    ggml_tensor * outs = ggml_mul_mat_id(ctx, ex.down, ggml_swiglu_split(ctx, gate, up), chosen);  // [e, n_used, n]
+    outs = ggml_mul(ctx, outs, weights);
+    ggml_tensor * routed = ggml_view_2d(ctx, outs, e, n, outs->nb[2], 0);
+    for (int64_t i = 1; i < n_used; ++i) {
+        routed = ggml_add(ctx, routed, ggml_view_2d(ctx, outs, e, n, outs->nb[2], i * outs->nb[1]));
+    }
+    if (n_used == 1) routed = ggml_cont(ctx, routed);
+
+    ggml_tensor * shared = gated_ffn(g, l, x, FfnActivation::silu);
+    shared = ggml_mul(ctx, shared, ggml_sigmoid(ctx, g.matmul(ex.shared_gate, x)));  // [e, n] x [1, n]
+    return ggml_add(ctx, routed, shared);
+}
+
 }  // namespace ggspec

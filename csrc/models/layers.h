@@ -39,4 +39,10 @@ enum class FfnActivation { silu, gelu };
 // down(act(gate x) * up x); a fused ffn_up (phi3, SiLU) holds gate and up as its halves.
 ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x, FfnActivation act);
 
+// A mixture-of-experts FFN (l.experts), as llama.cpp's build_moe_ffn with softmax
+// gating and renormalized weights: each row's n_expert_used routed experts (SiLU,
+// through ggml_mul_mat_id, whose every output is one vec_dot: the same bits
+// whichever rows share an expert), summed in rank order, plus the shared expert.
+ggml_tensor * mixture_of_experts(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x);
+
 }  // namespace ggspec

@@ -4,6 +4,9 @@
 // multi-section RoPE (IMROPE) on the first n_rot dims. Norm weights are stored
 // with llama.cpp's +1 folded in. block_count counts the NextN (MTP) blocks
 // stored after the trunk; the trunk's layers are the ones before them.
+// qwen35moe (qwen35moe.cpp) is the same trunk and head with mixture-of-experts FFNs.
+#include "models/qwen35.h"
+
 #include <algorithm>
 
 #include "errors.h"
@@ -52,6 +55,24 @@ void read_delta_net_hparams(const ModelFile & file, Hparams & hp) {
     }
 }
 
+// The pre-FFN norm and the FFN: dense, or routed experts with a shared one.
+void bind_ffn(const ModelFile & f, const Hparams & hp, const std::string & p, LayerWeights & l) {
+    const int64_t e = hp.n_embd;
+    l.ffn_norm = f.tensor(p + "post_attention_norm.weight", {e});  // the pre-FFN norm, despite its name
+    if (hp.n_expert > 0) {
+        bind_experts(f, hp, p, l);
+        return;
+    }
+    l.ffn_gate = f.tensor(p + "ffn_gate.weight", {e, hp.n_ff});
+    l.ffn_up = f.tensor(p + "ffn_up.weight", {e, hp.n_ff});
+    l.ffn_down = f.tensor(p + "ffn_down.weight", {hp.n_ff, e});
+}
+
+ggml_tensor * ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
+    x = rms_norm(g, x, l.ffn_norm);
+    return l.experts.router ? mixture_of_experts(g, l, x) : gated_ffn(g, l, x, FfnActivation::silu);
+}
+
 void bind_qwen35_layers(const ModelFile & f, const Hparams & hp, ModelWeights & w) {
     const int64_t e = hp.n_embd, hd = hp.head_dim;
     w.layers.resize(hp.n_layer);
@@ -59,10 +80,7 @@ void bind_qwen35_layers(const ModelFile & f, const Hparams & hp, ModelWeights & 
         const std::string p = "blk." + std::to_string(il) + ".";
         LayerWeights & l = w.layers[il];
         l.attn_norm = f.tensor(p + "attn_norm.weight", {e});
-        l.ffn_norm = f.tensor(p + "post_attention_norm.weight", {e});  // the pre-FFN norm, despite its name
-        l.ffn_gate = f.tensor(p + "ffn_gate.weight", {e, hp.n_ff});
-        l.ffn_up = f.tensor(p + "ffn_up.weight", {e, hp.n_ff});
-        l.ffn_down = f.tensor(p + "ffn_down.weight", {hp.n_ff, e});
+        bind_ffn(f, hp, p, l);
         if (hp.recurrent(il)) {
             const int64_t hv = hp.ssm_v_heads;
             l.ssm_in = f.tensor(p + "attn_qkv.weight", {e, hp.ssm_conv_channels()});
@@ -86,8 +104,10 @@ void bind_qwen35_layers(const ModelFile & f, const Hparams & hp, ModelWeights & 
     }
 }
 
-void load_qwen35(const ModelFile & file, Hparams & hp, ModelWeights & w) {
-    hp = read_common_hparams(file, "qwen35");
+}  // namespace
+
+void load_qwen35_family(const ModelFile & file, const std::string & arch, bool moe, Hparams & hp, ModelWeights & w) {
+    hp = read_common_hparams(file, arch, moe);
     const int64_t block_count = hp.n_layer;
     hp.n_nextn = file.get_int(hp.key("nextn_predict_layers"), 0);
     if (hp.n_nextn < 0 || hp.n_nextn >= block_count) {
@@ -124,6 +144,8 @@ void load_qwen35(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     bind_qwen35_layers(file, hp, w);
 }
 
+namespace {
+
 ggml_tensor * gated_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
@@ -143,6 +165,8 @@ ggml_tensor * gated_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     return g.matmul(l.wo, heads);
 }
 
+}  // namespace
+
 ggml_tensor * build_qwen35_trunk(ForwardGraph & g) {
     ggml_tensor * x = embed_tokens(g);
     for (int64_t il = 0; il < g.hp.n_layer; ++il) {
@@ -150,7 +174,7 @@ ggml_tensor * build_qwen35_trunk(ForwardGraph & g) {
         g.layer_inputs.push_back(x);
         ggml_tensor * normed = rms_norm(g, x, l.attn_norm);
         x = ggml_add(g.ctx, x, g.hp.recurrent(il) ? delta_net(g, il, normed) : gated_attention(g, il, normed));
-        x = ggml_add(g.ctx, x, gated_ffn(g, l, rms_norm(g, x, l.ffn_norm), FfnActivation::silu));
+        x = ggml_add(g.ctx, x, ffn(g, l, x));
     }
     return rms_norm(g, x, g.w.output_norm);
 }
@@ -179,10 +203,7 @@ void load_qwen35_nextn(const ModelFile & f, const Hparams & trunk, const ModelWe
 
     LayerWeights & l = w.layers.emplace_back();
     l.attn_norm = f.tensor(p + "attn_norm.weight", {e});
-    l.ffn_norm = f.tensor(p + "post_attention_norm.weight", {e});
-    l.ffn_gate = f.tensor(p + "ffn_gate.weight", {e, hp.n_ff});
-    l.ffn_up = f.tensor(p + "ffn_up.weight", {e, hp.n_ff});
-    l.ffn_down = f.tensor(p + "ffn_down.weight", {hp.n_ff, e});
+    bind_ffn(f, hp, p, l);
     l.wq = f.tensor(p + "attn_q.weight", {e, 2 * hd * hp.n_head});
     l.wk = f.tensor(p + "attn_k.weight", {e, hp.n_embd_kv()});
     l.wv = f.tensor(p + "attn_v.weight", {e, hp.n_embd_kv()});
@@ -198,8 +219,14 @@ ggml_tensor * build_qwen35_nextn(ForwardGraph & g) {
     ggml_tensor * hidden = rms_norm(g, g.hidden_in, n.hnorm);
     ggml_tensor * x = g.matmul(n.eh_proj, ggml_concat(g.ctx, embedded, hidden, 0));  // embedding first
     x = ggml_add(g.ctx, x, gated_attention(g, 0, rms_norm(g, x, l.attn_norm)));
-    x = ggml_add(g.ctx, x, gated_ffn(g, l, rms_norm(g, x, l.ffn_norm), FfnActivation::silu));
+    x = ggml_add(g.ctx, x, ffn(g, l, x));
     return rms_norm(g, x, g.w.output_norm);
+}
+
+namespace {
+
+void load_qwen35(const ModelFile & file, Hparams & hp, ModelWeights & w) {
+    load_qwen35_family(file, "qwen35", false, hp, w);
 }
 
 }  // namespace

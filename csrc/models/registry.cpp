@@ -9,8 +9,9 @@ extern const Architecture kQwen2;
 extern const Architecture kPhi3;
 extern const Architecture kGemma3;
 extern const Architecture kQwen35;
+extern const Architecture kQwen35Moe;
 
-static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kQwen35};
+static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kQwen35, &kQwen35Moe};
 
 const Architecture * find_architecture(const std::string & name) {
     for (const Architecture * a : kArchitectures) {

@@ -41,7 +41,7 @@ class Base:
 
 def write_bases(root: Path) -> list[Base]:
     """The project's tiny files: the fixture writers' llama (one with YaRN), qwen2, qwen3, phi3 (with
-    LongRoPE factors and partial rotary), gemma3, qwen35, DFlash, DSpark and EAGLE-3 files."""
+    LongRoPE factors and partial rotary), gemma3, qwen35, qwen35moe, DFlash, DSpark and EAGLE-3 files."""
     from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
     from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
     from tests.fixtures.tiny_models import write_tiny_model
@@ -61,6 +61,8 @@ def write_bases(root: Path) -> list[Base]:
         "gemma3-f16": (write_tiny_model(root / "gemma3.gguf", "gemma3", dtype="f16", n_layer=3), None),
         "qwen3-f32": (qwen3, None),
         "qwen35-f32": (write_tiny_qwen35(root / "qwen35.gguf"), None),
+        "qwen35moe-q8_0": (write_tiny_qwen35(root / "qwen35moe.gguf", dtype="q8_0", n_expert=8, n_expert_used=3,
+                                             fused_gate_up=True), None),
         "dflash": (write_tiny_dflash(root / "dflash.gguf"), str(qwen3)),
         "dflash2": (write_tiny_dflash(root / "dflash2.gguf", dflash2=dict(DFLASH2)), str(qwen3)),
         "dspark": (write_tiny_dflash(root / "dspark.gguf", dspark={}, reduced_vocab=96), str(qwen3)),

@@ -143,7 +143,16 @@ class ReferenceModel:
         self.weight_types = {t.name: t.tensor_type for t in reader.tensors}
         # Quantized matmuls work on the integer quants, as ggml's dot kernels do.
         self.quantized = {t.name: ggml_cpu.QuantizedWeight.from_gguf(t.data, t.tensor_type)
-                          for t in reader.tensors if t.tensor_type not in _FLOAT_TYPES}
+                          for t in reader.tensors if t.tensor_type not in _FLOAT_TYPES and t.data.ndim == 2}
+        # A stack of matrices (a MoE layer's experts) is also held as one entry per matrix: name[i].
+        for t in reader.tensors:
+            if t.data.ndim != 3:
+                continue
+            for i in range(t.data.shape[0]):
+                self.weights[f"{t.name}[{i}]"] = self.weights[t.name][i]
+                self.weight_types[f"{t.name}[{i}]"] = t.tensor_type
+                if t.tensor_type not in _FLOAT_TYPES:
+                    self.quantized[f"{t.name}[{i}]"] = ggml_cpu.QuantizedWeight.from_gguf(t.data[i], t.tensor_type)
 
     def _check_tensor_names(self) -> None:
         """Refuse files with tensors this forward would silently ignore (rope factors of

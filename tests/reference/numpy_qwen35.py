@@ -1,5 +1,6 @@
-"""The first oracle for llama.cpp's `qwen35` architecture (Qwen 3.5 dense): a NumPy
-forward pass of the hybrid trunk and of its MTP/NextN block, over a GGUF file.
+"""The first oracle for llama.cpp's `qwen35` architecture (Qwen 3.5 dense) and its
+`qwen35moe` variant: a NumPy forward pass of the hybrid trunk and of its MTP/NextN
+block, over a GGUF file.
 
 It follows llama.cpp's src/models/qwen35.cpp and delta-net-base.cpp and ggml's CPU
 `gated_delta_net` and `ssm_conv`, and knows nothing of ggspec's C++ code. Weight
@@ -22,6 +23,10 @@ tolerance.
     MTP block (blk.n_layer): u = eh_proj([rmsnorm(embed(tok_p)) * enorm ; rmsnorm(h_{p-1}) * hnorm]),
                   one attention layer + FFN as above, hout = rmsnorm(u) * (shared_head_norm or output_norm),
                   logits = (shared_head_head or output or token_embd) hout.
+    ffn, qwen35moe (llama.cpp's build_moe_ffn, softmax gating, weights normalized): p = softmax(ffn_gate_inp x);
+                  the n_expert_used largest p, renormalized to sum 1, weight their experts'
+                  down_e(silu(gate_e x) * up_e x), summed best first; plus the shared expert
+                  down_s(silu(gate_s x) * up_s x) * sigmoid(ffn_gate_inp_shexp . x).
 """
 
 from dataclasses import dataclass
@@ -53,14 +58,17 @@ class Qwen35HParams:
     ssm_state: int   # dk: key and value head size of the GDN layers
     ssm_groups: int  # key heads
     ssm_v_heads: int
+    n_expert_used: int  # 0: dense FFNs (qwen35)
 
 
 def read_qwen35_hparams(reader: GGUFReader) -> Qwen35HParams:
+    arch = reader.get_field("general.architecture").contents()
+
     def get(key: str, default=None):
-        field = reader.get_field(f"qwen35.{key}")
+        field = reader.get_field(f"{arch}.{key}")
         if field is None:
             if default is None:
-                raise KeyError(f"required key qwen35.{key} is missing")
+                raise KeyError(f"required key {arch}.{key} is missing")
             return default
         return field.contents()
 
@@ -69,7 +77,7 @@ def read_qwen35_hparams(reader: GGUFReader) -> Qwen35HParams:
     n_layer = n_blocks - n_nextn
     n_embd, n_head = get("embedding_length"), get("attention.head_count")
     head_dim = get("attention.key_length", n_embd // n_head)
-    flags = reader.get_field("qwen35.attention.recurrent_layers")
+    flags = reader.get_field(f"{arch}.attention.recurrent_layers")
     if flags is not None:
         recurrent = tuple(bool(f) for f in flags.contents()[:n_layer])
     else:
@@ -81,7 +89,8 @@ def read_qwen35_hparams(reader: GGUFReader) -> Qwen35HParams:
         n_rot=get("rope.dimension_count", head_dim), n_ff=get("feed_forward_length"),
         rms_eps=get("attention.layer_norm_rms_epsilon"), rope_freq_base=get("rope.freq_base", 10000.0),
         recurrent=recurrent, conv_kernel=get("ssm.conv_kernel"), ssm_state=get("ssm.state_size"),
-        ssm_groups=get("ssm.group_count"), ssm_v_heads=get("ssm.time_step_rank"))
+        ssm_groups=get("ssm.group_count"), ssm_v_heads=get("ssm.time_step_rank"),
+        n_expert_used=get("expert_used_count", 0))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -198,8 +207,38 @@ class Qwen35Reference(ReferenceModel):
     def _ffn(self, il: int, h: np.ndarray) -> np.ndarray:
         w, blk = self.weights, f"blk.{il}."
         cur = rms_norm(h, w[blk + "post_attention_norm.weight"], self.hparams.rms_eps)
-        act = ggml_cpu.silu(self._matmul(cur, blk + "ffn_gate.weight")) * self._matmul(cur, blk + "ffn_up.weight")
-        return h + self._matmul(act, blk + "ffn_down.weight")
+        if self.hparams.n_expert_used:
+            return h + self._experts(blk, cur)
+        return h + self._gated_ffn(cur, blk + "ffn_gate.weight", blk + "ffn_up.weight", blk + "ffn_down.weight")
+
+    def _gated_ffn(self, cur: np.ndarray, gate: str, up: str, down: str) -> np.ndarray:
+        return self._matmul(ggml_cpu.silu(self._matmul(cur, gate)) * self._matmul(cur, up), down)
+
+    def _experts(self, blk: str, cur: np.ndarray) -> np.ndarray:
+        """The routed experts, each row's own, plus the gated shared expert (the router's
+        width must be a multiple of 8, as ggml_cpu.soft_max sums it)."""
+        w, k = self.weights, self.hparams.n_expert_used
+        logits = self._matmul(cur, blk + "ffn_gate_inp.weight")
+        probs = ggml_cpu.soft_max(logits, np.float32(1), np.zeros(logits.shape, bool))
+        chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+        routed = np.zeros_like(cur)
+        for t, experts in enumerate(chosen):
+            weights = probs[t, experts]
+            weights = weights / max(weights.sum(dtype=np.float32), np.float32(6.103515625e-5))
+            row = cur[t:t + 1]
+            for rank, e in enumerate(experts):
+                if blk + "ffn_gate_up_exps.weight" in w:
+                    gate_up = self._matmul(row, f"{blk}ffn_gate_up_exps.weight[{e}]")
+                    gate, up = np.split(gate_up, 2, axis=-1)
+                else:
+                    gate = self._matmul(row, f"{blk}ffn_gate_exps.weight[{e}]")
+                    up = self._matmul(row, f"{blk}ffn_up_exps.weight[{e}]")
+                out = self._matmul(ggml_cpu.silu(gate) * up, f"{blk}ffn_down_exps.weight[{e}]")[0] * weights[rank]
+                routed[t] = out if rank == 0 else routed[t] + out
+        shared = self._gated_ffn(cur, blk + "ffn_gate_shexp.weight", blk + "ffn_up_shexp.weight",
+                                 blk + "ffn_down_shexp.weight")
+        shared_gate = sigmoid(ggml_cpu.dot_f32(w[blk + "ffn_gate_inp_shexp.weight"][None], cur))
+        return routed + shared * shared_gate
 
     def _attention(self, il: int, cur: np.ndarray, masked: np.ndarray) -> np.ndarray:
         hp, w, blk = self.hparams, self.weights, f"blk.{il}."
