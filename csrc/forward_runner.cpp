@@ -94,6 +94,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
             rows = ggml_get_rows(ctx, trunk, cg->out_rows);
         }
         ggml_tensor * logits = fg.matmul(w.output, rows);
+        if (hp.logit_scale != 1.0f) logits = ggml_scale(ctx, logits, hp.logit_scale);
         if (hp.final_softcap > 0.0f) {
             logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / hp.final_softcap)), hp.final_softcap);
         }

@@ -235,6 +235,29 @@ void bind_experts(const ModelFile & f, const Hparams & hp, const std::string & p
     l.ffn_down = f.tensor(p + "ffn_down_shexp.weight", {hp.n_ff_shexp, e});
 }
 
+void read_swa_layers(const ModelFile & f, Hparams & hp, int64_t period, bool window_required, float swa_base) {
+    const std::string window_key = hp.key("attention.sliding_window");
+    hp.n_swa = window_required ? f.get_int(window_key) : f.get_int(window_key, 0);
+    if (hp.n_swa < 0 || (window_required && hp.n_swa == 0)) {
+        throw ModelFormatError("GGUF key '" + window_key + "' must be positive, got " + std::to_string(hp.n_swa));
+    }
+    if (hp.n_swa == 0) return;
+    const std::string pattern_key = hp.key("attention.sliding_window_pattern");
+    if (f.is_array(pattern_key)) {
+        const std::vector<int64_t> flags = f.get_int_array(pattern_key);
+        if ((int64_t) flags.size() != hp.n_layer) {
+            throw ModelFormatError("'" + pattern_key + "' has " + std::to_string(flags.size()) + " entries for " +
+                                   std::to_string(hp.n_layer) + " layers");
+        }
+        for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_swa[il] = flags[il] != 0;
+    } else {
+        period = f.get_int(pattern_key, period);
+        for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_swa[il] = period == 0 || il % period < period - 1;
+    }
+    hp.rope_base_swa = finite_float(f, hp.key("rope.freq_base_swa"), swa_base, 0.0, false);
+    hp.rope_freq_scale_swa = 1.0f;
+}
+
 void require_full_rotary(const ModelFile & f, const Hparams & hp) {
     if (hp.n_rot != hp.head_dim) {
         throw ModelFormatError(hp.key("rope.dimension_count") + " " + std::to_string(hp.n_rot) + " in '" + f.path() +

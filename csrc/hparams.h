@@ -44,6 +44,7 @@ struct Hparams {
     float embd_scale = 1.0f;     // multiplies token embeddings (Gemma: sqrt(n_embd))
     float q_scale = 1.0f;        // multiplies q after RoPE (Gemma)
     float kq_scale = 1.0f;       // softmax scale
+    float logit_scale = 1.0f;    // multiplies the logits before any soft-capping (muse-glimmer)
     float final_softcap = 0.0f;  // tanh soft-capping of the logits; 0 = off
 
     // Multi-section RoPE (qwen35's IMROPE): each token carries n_pos_per_token
@@ -98,6 +99,7 @@ struct LayerWeights {
     ggml_tensor * q_norm = nullptr;
     ggml_tensor * k_norm = nullptr;
     ggml_tensor * attn_post_norm = nullptr;
+    ggml_tensor * attn_out_gate = nullptr;  // attn_gate: sigmoid(attn_gate x) gates the heads before wo (muse-glimmer)
     // Fused projections and biases, as llama.cpp's create_tensor_qkv binds them:
     // attn_qkv [q; k; v] in place of wq/wk/wv, a bias per projection or one fused.
     ggml_tensor * wqkv = nullptr;
@@ -165,6 +167,13 @@ struct LayerOptions {
     bool fused_gate_up = false; // ffn_up [n_embd, 2 n_ff] holds gate and up, no ffn_gate (phi3)
 };
 void bind_layers(const ModelFile & file, const Hparams & hp, const LayerOptions & opt, ModelWeights & w);
+
+// Sliding-window layers as llama.cpp's load_swa_pattern reads them: the window
+// (attention.sliding_window, required when `window_required`; 0 or absent: every
+// layer global), then per-layer flags or a period (attention.sliding_window_pattern,
+// default `period`: every period-th layer global, 0: none), and the SWA layers' RoPE
+// base (rope.freq_base_swa, default `swa_base`).
+void read_swa_layers(const ModelFile & file, Hparams & hp, int64_t period, bool window_required, float swa_base);
 
 // A file whose graph in llama.cpp asserts that RoPE turns whole heads (llama, qwen2, qwen3).
 void require_full_rotary(const ModelFile & file, const Hparams & hp);

@@ -45,6 +45,17 @@ def qwen3_target(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("dflash") / "target.gguf", "qwen3")
 
 
+@pytest.fixture(scope="module")
+def muse_target(tmp_path_factory):
+    """A Muse-Glimmer target (logit_scale 0.9, global layers without RoPE): the seed's DFlash model.
+    Its window of 64 covers the parity tests' 51 positions: with a window of 8, llama.cpp's
+    draft-dflash drafts one token (the first of a block, at position 32) other than the
+    NumPy reference's, from the same target and drafter files, where ggspec's is the
+    reference's; its sliding-window rows in a speculative run are not its plain ones."""
+    return write_tiny_model(tmp_path_factory.mktemp("dflash-muse") / "target.gguf", "muse-glimmer",
+                            sliding_window=64)
+
+
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if not v.startswith(("dflash2", "dspark"))])
 def test_drafts_match_the_numpy_reference(qwen3_target, tmp_path, variant):
     drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
@@ -109,6 +120,29 @@ def test_dflash2_lattice_walks_as_the_numpy_reference(qwen3_target, tmp_path, df
         tokens_ref, p_ref = ref.walk(ref.inject(features), 77, rows)
         assert tokens_ours == tokens_ref
         np.testing.assert_allclose(p_ours, p_ref, rtol=0, atol=0.01)  # the KV cache is f16
+
+
+def test_a_dflash2_lattice_takes_the_transformed_logit(muse_target, tmp_path):
+    """A DFlash2 file for Muse-Glimmer carries the target's logit transform (logit_scale,
+    final_logit_softcapping), and the lattice's unary term is the transformed logit: the
+    walk is the reference's with it, and the same file without the two keys walks
+    differently."""
+    target = ggspec.load(muse_target, n_ctx=256, n_threads=2)
+    tokens = list(range(10, 40))
+    walks = {}
+    for name, transform in (("transformed", dict(logit_scale=0.9, final_logit_softcapping=2.0)),
+                            ("raw", dict(logit_scale=0.0, final_logit_softcapping=0.0))):
+        path = write_tiny_dflash(tmp_path / f"{name}.gguf", dflash2=transform, target_layers=(1, 3))
+        drafter = target.attach_drafter(path)
+        features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
+        target.reset()
+        drafter.inject(features, 0)
+        walks[name] = [drafter.draft(anchor, len(tokens), 8, 10).walk()[0] for anchor in (77, 5, 200, 31)]
+        if name == "transformed":
+            ref = DFlashReference(path, ReferenceModel(muse_target))
+            for anchor, walk in zip((77, 5, 200, 31), walks[name]):
+                assert walk == ref.walk(ref.inject(features), anchor, 7)[0]
+    assert walks["transformed"] != walks["raw"]
 
 
 def test_dflash2_switches_attribute_its_extensions(qwen3_target, tmp_path):
@@ -183,8 +217,12 @@ def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_
 def targets(tmp_path_factory, qwen3_target):
     root = tmp_path_factory.mktemp("dflash-targets")
     qwen35 = write_tiny_qwen35(root / "qwen35.gguf", dtype="q8_0")
+    muse = write_tiny_model(root / "muse.gguf", "muse-glimmer", dtype="q8_0")
     out = {}
     for name, path, drafter in (("qwen3", qwen3_target, dict(target_layers=(0, 1))),
+                                ("muse-glimmer", muse, dict(target_layers=(1, 3))),
+                                ("muse-glimmer-dflash2", muse, dict(target_layers=(0, 4), dflash2=dict(
+                                    logit_scale=0.9, final_logit_softcapping=0.0))),
                                 ("qwen35", qwen35, dict(target_layers=(1, 3))),
                                 ("qwen35-dflash2", qwen35, dict(target_layers=(0, 2), dflash2={})),
                                 ("qwen35-dspark", qwen35, dict(target_layers=(1, 3), dspark={})),
@@ -197,7 +235,8 @@ def targets(tmp_path_factory, qwen3_target):
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(arch=st.sampled_from(["qwen3", "qwen35", "qwen35-dflash2", "qwen35-dspark", "qwen3-dspark-bonus-anchor"]),
+@given(arch=st.sampled_from(["qwen3", "qwen35", "qwen35-dflash2", "qwen35-dspark", "qwen3-dspark-bonus-anchor",
+                             "muse-glimmer", "muse-glimmer-dflash2"]),
        window=st.integers(1, 8), sampled=st.booleans(),
        seed=st.integers(0, 2**32 - 1))
 def test_speculative_output_is_plain_output(targets, arch, window, sampled, seed):
@@ -273,11 +312,20 @@ def test_a_model_that_is_not_a_drafter_is_refused(qwen3_target):
         target.attach_drafter(qwen3_target)
 
 
+# the Muse-Glimmer pairs read its layers 1 and 3, a sliding-window and a global one
+MUSE_PAIRS = [("muse_target", variant) for variant in ("plain", "dflash2")]
+MUSE_LAYERS = dict(target_layers=(1, 3))
+
+
 @pytest.mark.peer
-@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab", "dflash2", "dflash2-reduced-vocab"])
-def test_llama_cpp_runs_its_dflash_speculation_on_the_files(qwen3_target, tmp_path, variant):
-    drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
-    cmd = [*speculative_cmd(qwen3_target, "a b c d", "draft-dflash", n_predict=24, threads=1, ctx=256),
+@pytest.mark.parametrize("target,variant", [("qwen3_target", v) for v in ("plain", "sliding-window", "reduced-vocab",
+                                                                          "dflash2", "dflash2-reduced-vocab")]
+                         + MUSE_PAIRS)
+def test_llama_cpp_runs_its_dflash_speculation_on_the_files(request, tmp_path, target, variant):
+    target_path = request.getfixturevalue(target)
+    drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant],
+                                **(MUSE_LAYERS if target == "muse_target" else {}))
+    cmd = [*speculative_cmd(target_path, "a b c d", "draft-dflash", n_predict=24, threads=1, ctx=256),
            "-md", str(drafter), "--spec-draft-n-max", "5"]
     assert run_for_stats(cmd)["draft_n"] > 0
 
@@ -363,9 +411,10 @@ def test_the_confidence_gate_is_on_the_cumulative_prefix_probability():
 
 
 @pytest.mark.peer
-@pytest.mark.parametrize("variant", ["plain", "sliding-window", "reduced-vocab", "dflash2", "dflash2-reduced-vocab",
-                                     "dspark", "dspark-bonus-anchor", "dspark-reduced-vocab"])
-def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
+@pytest.mark.parametrize("target,variant", [("qwen3_target", v) for v in (
+    "plain", "sliding-window", "reduced-vocab", "dflash2", "dflash2-reduced-vocab", "dspark", "dspark-bonus-anchor",
+    "dspark-reduced-vocab")] + MUSE_PAIRS)
+def test_dflash_draft_tokens_are_llama_cpps(request, tmp_path, target, variant):
     """The same blocks as llama.cpp's draft-dflash (draft-dspark for a DSpark file), on the
     same files and greedy input: a full block of n_max drafts each step, no gate, governor
     off. A DFlash2 lattice walk's picks are logged by the peer build's instrumentation
@@ -373,13 +422,15 @@ def test_dflash_draft_tokens_are_llama_cpps(qwen3_target, tmp_path, variant):
     from bench.peer.peer import peer_tokenize
     from tests.fixtures.peer_drafts import drafts_against_llama_cpp, recording
 
-    drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant])
+    target_path = request.getfixturevalue(target)
+    drafter = write_tiny_dflash(tmp_path / "drafter.gguf", **VARIANTS[variant],
+                                **(MUSE_LAYERS if target == "muse_target" else {}))
     text, n, n_max = "a b c d e", 40, 4
-    model = ggspec.Model(str(qwen3_target), n_ctx=256, n_threads=1)
+    model = ggspec.Model(str(target_path), n_ctx=256, n_threads=1)
     ids = model.encode_prompt(text)
-    assert ids == peer_tokenize(str(qwen3_target), text, add_special=True, parse_special=True)
+    assert ids == peer_tokenize(str(target_path), text, add_special=True, parse_special=True)
     mode = "draft-dspark" if variant.startswith("dspark") else "draft-dflash"
-    cmd = [*speculative_cmd(qwen3_target, text, mode, n_predict=n, threads=1, ctx=256),
+    cmd = [*speculative_cmd(target_path, text, mode, n_predict=n, threads=1, ctx=256),
            "-md", str(drafter), "--spec-draft-n-max", str(n_max), "--spec-draft-p-min", "0", "-v"]
     target = model.target
     speculator = recording(BlockDraftSpeculator)(target.attach_drafter(drafter), n_max, 0.0)

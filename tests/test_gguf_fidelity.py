@@ -150,6 +150,17 @@ def test_experts_in_a_dense_architecture_are_refused(tiny_model, tmp_path):
     refuses(path, "mixture of experts", "qwen35.expert_count 8", "does not run for qwen35")
 
 
+@pytest.mark.parametrize("keys,drop,fragment", [
+    ({"muse-glimmer.logit_scale": None}, (), "lacks 'muse-glimmer.logit_scale'"),
+    ({"muse-glimmer.logit_scale": (0.0, F32)}, (), "muse-glimmer.logit_scale"),
+    ({"muse-glimmer.attention.sliding_window": None}, (), "muse-glimmer.attention.sliding_window"),
+    ({}, ("blk.1.attn_gate.weight",), "blk.1.attn_gate.weight"),
+    ({}, ("output.weight",), "output.weight"),  # llama.cpp requires an untied head
+])
+def test_a_muse_glimmer_file_missing_a_piece_is_refused(tiny_model, tmp_path, keys, drop, fragment):
+    refuses(copy_gguf(tiny_model("muse-glimmer"), tmp_path / "bad.gguf", keys=keys, drop=drop), fragment)
+
+
 def test_a_selector_wider_than_its_candidates_is_refused(tiny_model, tmp_path):
     drafter = write_tiny_dflash(tmp_path / "d2.gguf", dflash2={**DFLASH2, "selector_top_k": 400})
     expect_error(f"ggspec.load({tiny_model('qwen3')!r}, n_ctx=64).attach_drafter({str(drafter)!r})", REFUSED,

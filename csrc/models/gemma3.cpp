@@ -3,7 +3,6 @@
 // that the GGUF does not carry follow llama.cpp's src/models/gemma3.cpp.
 #include <cmath>
 
-#include "errors.h"
 #include "model_file.h"
 #include "models/layers.h"
 
@@ -13,24 +12,7 @@ static void load_gemma3(const ModelFile & file, Hparams & hp, ModelWeights & w) 
     hp = read_common_hparams(file, "gemma3");
     hp.rope_type = GGML_ROPE_TYPE_NEOX;
     hp.embd_scale = std::sqrt((float) hp.n_embd);
-    // Every sixth layer attends globally; the others use a sliding window.
-    hp.n_swa = file.get_int(hp.key("attention.sliding_window"), 0);
-    if (hp.n_swa > 0) {
-        const std::string pattern_key = hp.key("attention.sliding_window_pattern");
-        if (file.is_array(pattern_key)) {
-            const std::vector<int64_t> flags = file.get_int_array(pattern_key);
-            if ((int64_t) flags.size() != hp.n_layer) {
-                throw ModelFormatError("'" + pattern_key + "' has " + std::to_string(flags.size()) +
-                                       " entries for " + std::to_string(hp.n_layer) + " layers");
-            }
-            for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_swa[il] = flags[il] != 0;
-        } else {
-            const int64_t period = file.get_int(pattern_key, 6);
-            for (int64_t il = 0; il < hp.n_layer; ++il) hp.is_swa[il] = period == 0 || il % period < period - 1;
-        }
-        hp.rope_base_swa = finite_float(file, hp.key("rope.freq_base_swa"), 10000.0, 0.0, false);
-        hp.rope_freq_scale_swa = 1.0f;
-    }
+    read_swa_layers(file, hp, 6, false, 10000.0f);  // every sixth layer attends globally
     hp.final_softcap = finite_float(file, hp.key("final_logit_softcapping"), 0.0, 0.0, true);
     // The 27B scales queries by n_embd / n_head; every other size by the head size.
     const float q_dim = hp.n_layer == 62 ? (float) (hp.n_embd / hp.n_head) : (float) hp.head_dim;

@@ -10,8 +10,10 @@ extern const Architecture kPhi3;
 extern const Architecture kGemma3;
 extern const Architecture kQwen35;
 extern const Architecture kQwen35Moe;
+extern const Architecture kMuseGlimmer;
 
-static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kQwen35, &kQwen35Moe};
+static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kQwen35, &kQwen35Moe,
+                                                        &kMuseGlimmer};
 
 const Architecture * find_architecture(const std::string & name) {
     for (const Architecture * a : kArchitectures) {

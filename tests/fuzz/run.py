@@ -41,7 +41,8 @@ class Base:
 
 def write_bases(root: Path) -> list[Base]:
     """The project's tiny files: the fixture writers' llama (one with YaRN), qwen2, qwen3, phi3 (with
-    LongRoPE factors and partial rotary), gemma3, qwen35, qwen35moe, DFlash, DSpark and EAGLE-3 files."""
+    LongRoPE factors and partial rotary), gemma3, muse-glimmer, qwen35, qwen35moe, DFlash, DSpark and EAGLE-3
+    files."""
     from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
     from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
     from tests.fixtures.tiny_models import write_tiny_model
@@ -60,6 +61,7 @@ def write_bases(root: Path) -> list[Base]:
                                        rope_original_context=256, rope_attn_factor=1.2), None),
         "gemma3-f16": (write_tiny_model(root / "gemma3.gguf", "gemma3", dtype="f16", n_layer=3), None),
         "qwen3-f32": (qwen3, None),
+        "muse-glimmer-q4_0": (write_tiny_model(root / "muse.gguf", "muse-glimmer", dtype="q4_0", seed=8), None),
         "qwen35-f32": (write_tiny_qwen35(root / "qwen35.gguf"), None),
         "qwen35moe-q8_0": (write_tiny_qwen35(root / "qwen35moe.gguf", dtype="q8_0", n_expert=8, n_expert_used=3,
                                              fused_gate_up=True), None),

@@ -14,11 +14,12 @@ from gguf import GGUFReader
 
 from tests.reference.ggml_cpu import Yarn, logf
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma3")
+SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3", "phi3", "gemma3", "muse-glimmer")
 
 # llama.cpp's LLAMA_ROPE_TYPE_* per arch: llama rotates adjacent pairs, the others
 # rotate (x[i], x[i + n_rot/2]).
-_ROPE_MODE = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "phi3": "neox", "gemma3": "neox"}
+_ROPE_MODE = {"llama": "normal", "qwen2": "neox", "qwen3": "neox", "phi3": "neox", "gemma3": "neox",
+              "muse-glimmer": "normal"}
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class HParams:
     n_swa: int
     embd_scale: float
     final_logit_softcapping: float  # 0 means none
+    logit_scale: float  # multiplies the logits before the soft-capping (muse-glimmer)
 
 
 _REQUIRED = object()
@@ -94,11 +96,15 @@ def _rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[str,
     return scaling, float(freq_scale), Yarn(ext_factor, float(attn_factor), n_ctx_orig)
 
 
+# The architectures with sliding-window layers, and the default period of their pattern.
+_SWA_PERIOD = {"gemma3": 6, "muse-glimmer": 4}
+
+
 def _swa_layers(reader: GGUFReader, arch: str, n_layer: int) -> tuple[tuple[bool, ...], int]:
-    n_swa = _get(reader, f"{arch}.attention.sliding_window", 0) if arch == "gemma3" else 0
+    n_swa = _get(reader, f"{arch}.attention.sliding_window", 0) if arch in _SWA_PERIOD else 0
     if n_swa == 0:
         return (False,) * n_layer, 0
-    pattern = _get(reader, f"{arch}.attention.sliding_window_pattern", 6)
+    pattern = _get(reader, f"{arch}.attention.sliding_window_pattern", _SWA_PERIOD[arch])
     if isinstance(pattern, list):
         # Explicit per-layer flags; layers past the array's end are dense.
         return tuple(bool(pattern[il]) if il < len(pattern) else False for il in range(n_layer)), n_swa
@@ -125,7 +131,8 @@ def read_hparams(reader: GGUFReader) -> HParams:
     freq_base = _scalar(reader, f"{arch}.rope.freq_base", 10000.0)
     scaling, freq_scale, yarn = _rope_scaling(reader, arch, _scalar(reader, f"{arch}.context_length", 2048))
     is_swa, n_swa = _swa_layers(reader, arch, n_layer)
-    freq_base_swa = _scalar(reader, f"{arch}.rope.freq_base_swa", 10000.0)
+    # muse-glimmer's SWA layers default to the global base, gemma3's to llama.cpp's 10000
+    freq_base_swa = _scalar(reader, f"{arch}.rope.freq_base_swa", freq_base if arch == "muse-glimmer" else 10000.0)
 
     if arch == "gemma3":
         # llama.cpp's f_attention_scale: Gemma 3 27B (62 layers) uses the integer
@@ -136,7 +143,7 @@ def read_hparams(reader: GGUFReader) -> HParams:
     else:
         attn_scale = _f32_inv_sqrt(head_dim_v)
         embd_scale = 1.0
-        softcap = 0.0
+        softcap = _scalar(reader, f"{arch}.final_logit_softcapping", 0.0) if arch == "muse-glimmer" else 0.0
 
     token_embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
     return HParams(
@@ -162,4 +169,5 @@ def read_hparams(reader: GGUFReader) -> HParams:
         n_swa=n_swa,
         embd_scale=embd_scale,
         final_logit_softcapping=softcap,
+        logit_scale=_scalar(reader, f"{arch}.logit_scale") if arch == "muse-glimmer" else 1.0,
     )

@@ -34,6 +34,11 @@ Per architecture:
             no rope scaling, keys p0 hidden from p1 when p1 - p0 >= window); post-attention
             and post-FFN RMSNorms before each residual add; GELU(tanh) FFN; optional final
             logit soft-capping.
+    muse-glimmer: the embedding RMS-normed without a weight; per-head q/k RMSNorm, NORMAL rope
+            on the sliding-window layers only (every 4th layer, global, has no positions);
+            the heads times sigmoid(attn_gate x) before attn_output; post-attention and
+            post-FFN RMSNorms with eps 1e-8; SwiGLU FFN; logits times logit_scale, then
+            optionally soft-capped.
 """
 
 from pathlib import Path
@@ -51,6 +56,8 @@ _ARCH_LAYER_TENSORS = {
     "qwen3": {"ffn_gate", "ffn_up", "attn_q_norm", "attn_k_norm"},
     "phi3": {"ffn_up"},
     "gemma3": {"ffn_gate", "ffn_up", "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm"},
+    "muse-glimmer": {"ffn_gate", "ffn_up", "attn_q_norm", "attn_k_norm", "post_attention_norm", "post_ffw_norm",
+                     "attn_gate"},
 }
 # q, k and v: three matrices or one, each with an optional bias
 _PROJECTIONS = ("attn_q", "attn_k", "attn_v")
@@ -206,6 +213,8 @@ class ReferenceModel:
             raise ValueError(f"token ids must be in [0, {hp.n_vocab})")
 
         x = self.weights["token_embd.weight"][tokens] * np.float32(hp.embd_scale)
+        if hp.arch == "muse-glimmer":
+            x = rms_norm(x, np.float32(1), hp.rms_eps)
         hidden: dict = {}
         masks = {n_swa: attention_mask(len(tokens), n_swa) for n_swa in {0, hp.n_swa}}
         for il in range(hp.n_layer):
@@ -215,6 +224,8 @@ class ReferenceModel:
         final = rms_norm(x, self.weights["output_norm.weight"], hp.rms_eps)
         hidden["final"] = final
         logits = self._matmul(final, "output.weight" if "output.weight" in self.weights else "token_embd.weight")
+        if hp.logit_scale != 1.0:
+            logits = logits * np.float32(hp.logit_scale)
         if hp.final_logit_softcapping:
             cap = np.float32(hp.final_logit_softcapping)
             logits = ggml_cpu.tanhf(logits * (np.float32(1) / cap)) * cap
@@ -230,18 +241,24 @@ class ReferenceModel:
         q = q.reshape(n_pos, hp.n_head, hp.head_dim_k)
         k = k.reshape(n_pos, hp.n_head_kv, hp.head_dim_k)
         v = v.reshape(n_pos, hp.n_head_kv, hp.head_dim_v)
-        if hp.arch in ("qwen3", "gemma3"):
+        if blk + "attn_q_norm.weight" in w:
             q = rms_norm(q, w[blk + "attn_q_norm.weight"], hp.rms_eps)
             k = rms_norm(k, w[blk + "attn_k_norm.weight"], hp.rms_eps)
-        rope_args = (hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il],
-                     None if hp.is_swa[il] else self.rope_factors, hp.yarn)
-        q, k = rope(q, *rope_args), rope(k, *rope_args)
+        if hp.arch != "muse-glimmer" or hp.is_swa[il]:
+            rope_args = (hp.n_rot, hp.rope_mode, hp.rope_freq_base[il], hp.rope_freq_scale[il],
+                         None if hp.is_swa[il] else self.rope_factors, hp.yarn)
+            q, k = rope(q, *rope_args), rope(k, *rope_args)
         kq_scale = np.float32(hp.attn_scale)
         if hp.scale_q:  # llama.cpp scales q by it, then runs the softmax unscaled
             q, kq_scale = q * kq_scale, np.float32(1)
-        attn = self._matmul(attention(q, k, v, kq_scale, masked), blk + "attn_output.weight")
-        if hp.arch == "gemma3":
-            attn = rms_norm(attn, w[blk + "post_attention_norm.weight"], hp.rms_eps)
+        heads = attention(q, k, v, kq_scale, masked)
+        if blk + "attn_gate.weight" in w:
+            gate = self._matmul(cur, blk + "attn_gate.weight")
+            heads = heads * (np.float32(1) / (np.float32(1) + ggml_cpu.c_expf(-gate)))  # ggml's sigmoid
+        attn = self._matmul(heads, blk + "attn_output.weight")
+        post_eps = 1e-8 if hp.arch == "muse-glimmer" else hp.rms_eps  # a constant of muse-glimmer's graph
+        if blk + "post_attention_norm.weight" in w:
+            attn = rms_norm(attn, w[blk + "post_attention_norm.weight"], post_eps)
         x = x + attn
 
         cur = rms_norm(x, w[blk + "ffn_norm.weight"], hp.rms_eps)
@@ -251,8 +268,8 @@ class ReferenceModel:
             gate, up = np.split(self._matmul(cur, blk + "ffn_up.weight"), 2, axis=-1)
         act = ggml_cpu.gelu_f16_table(gate) if hp.arch == "gemma3" else ggml_cpu.silu(gate)
         ffn = self._matmul(act * up, blk + "ffn_down.weight")
-        if hp.arch == "gemma3":
-            ffn = rms_norm(ffn, w[blk + "post_ffw_norm.weight"], hp.rms_eps)
+        if blk + "post_ffw_norm.weight" in w:
+            ffn = rms_norm(ffn, w[blk + "post_ffw_norm.weight"], post_eps)
         return x + ffn
 
     def _project_qkv(self, blk: str, cur: np.ndarray) -> list[np.ndarray]:
