@@ -32,7 +32,7 @@ import numpy as np
 
 import ggspec
 from bench.decode import timed_generation
-from bench.harness import rotated, throughput_cells
+from bench.harness import rotated, synthetic_file, throughput_cells
 from bench.qwen35_rollback import synthetic_model
 from bench.synthetic_acceptance import SyntheticAcceptance
 from ggspec.engine.governor import SpeculationCostGovernor
@@ -48,12 +48,7 @@ DRAFTER = dict(n_vocab=32000, n_embd=1024, n_layer=2, n_head=8, n_head_kv=2, hea
 def synthetic_drafter() -> Path:
     from tests.fixtures.tiny_dflash import write_tiny_dflash
 
-    path = synthetic_model().with_name("dflash2-synthetic-f16.gguf")
-    if not path.exists():
-        partial = path.with_suffix(".partial")
-        write_tiny_dflash(partial, dtype="f16", **DRAFTER)
-        partial.rename(path)
-    return path
+    return synthetic_file("dflash2-synthetic-f16.gguf", lambda path: write_tiny_dflash(path, dtype="f16", **DRAFTER))
 
 
 def lattice_bytes(k: int, window: int) -> int:

@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 Command = str | Sequence[str]  # a string runs through the shell
@@ -142,6 +142,18 @@ def run_in_process(fn):
 
 def summarize(values: Sequence[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def synthetic_file(name: str, write: Callable[[Path], object]) -> Path:
+    """~/.cache/ggspec/bench/<name>, written once by write(path): through a .partial file
+    renamed when done, so an interrupted write is done again."""
+    path = Path.home() / ".cache" / "ggspec" / "bench" / name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".partial")
+        write(partial)
+        partial.rename(path)
+    return path
 
 
 def rotated(items: Sequence, round_: int) -> list:

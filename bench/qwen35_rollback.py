@@ -35,7 +35,7 @@ import numpy as np
 
 import ggspec
 from bench.decode import timed_generation
-from bench.harness import rotated, throughput_cells
+from bench.harness import rotated, synthetic_file, throughput_cells
 from bench.synthetic_acceptance import SyntheticAcceptance
 from ggspec.engine.execution import SpeculativeExecution
 from ggspec.engine.sampling import Sampler, SamplerConfig
@@ -49,13 +49,7 @@ SHAPE = dict(n_vocab=32000, n_embd=1024, n_layer=8, n_nextn=1, n_ff=3072, n_head
 def synthetic_model() -> Path:
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 
-    path = Path.home() / ".cache" / "ggspec" / "bench" / "qwen35-synthetic-f16.gguf"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        write_tiny_qwen35(partial, dtype="f16", **SHAPE)
-        partial.rename(path)
-    return path
+    return synthetic_file("qwen35-synthetic-f16.gguf", lambda path: write_tiny_qwen35(path, dtype="f16", **SHAPE))
 
 
 def run(target: ggspec.Target, config: str, prompt: list[int], n: int, window: int, rate: float, seed: int) -> dict:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import ggspec
-from bench.harness import rotated, throughput_cells
+from bench.harness import rotated, synthetic_file, throughput_cells
 from bench.peer.commands import speculative_cmd, completion_cmd
 from bench.peer.generation_stats import completion_stats, run_for_stats
 from bench.qwen35_rollback import SHAPE, run as rollback_run
@@ -46,13 +46,8 @@ ROWS = (1, 2, 4, 8, 16)
 def synthetic_moe() -> Path:
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 
-    path = Path.home() / ".cache" / "ggspec" / "bench" / "qwen35moe-synthetic-q8_0.gguf"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        write_tiny_qwen35(partial, dtype="q8_0", **MOE_SHAPE)
-        partial.rename(path)
-    return path
+    return synthetic_file("qwen35moe-synthetic-q8_0.gguf",
+                          lambda path: write_tiny_qwen35(path, dtype="q8_0", **MOE_SHAPE))
 
 
 def verify_costs(target: ggspec.Target, prompt: list[int], repeats: int) -> dict[int, float]:

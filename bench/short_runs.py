@@ -31,6 +31,7 @@ import numpy as np
 
 import ggspec
 from bench.dflash_bench import synthetic_drafter
+from bench.harness import synthetic_file
 from bench.qwen35_rollback import SHAPE
 from ggspec.speculators.options import SpecOptions
 
@@ -40,13 +41,8 @@ DRAFTERS = ("none", "draft-head", "block")
 def synthetic_model() -> Path:
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
 
-    path = Path.home() / ".cache" / "ggspec" / "bench" / "qwen35-synthetic-16l-f16.gguf"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        write_tiny_qwen35(partial, dtype="f16", **{**SHAPE, "n_layer": 16})
-        partial.rename(path)
-    return path
+    return synthetic_file("qwen35-synthetic-16l-f16.gguf",
+                          lambda path: write_tiny_qwen35(path, dtype="f16", **{**SHAPE, "n_layer": 16}))
 
 
 def spec_flags(drafter: str, drafter_path: Path) -> list[str]:

@@ -254,7 +254,8 @@ class ParkingGovernor(SpeculationCostGovernor):
 
 def test_a_parked_head_catches_up_on_its_last_rows_only(head_targets):
     """Parked for 30 steps after a 40-token prompt, the head catches up 16 rows at the
-    probe, not 70, and the output is still plain decoding's."""
+    probe, not 70, and the output is still plain decoding's; so does a first proposal
+    right after the prompt."""
     target = head_targets["snapshots"]
     prompt = list(range(3, 43))
     plain, _ = decode(target, GREEDY, prompt, 48)
@@ -265,13 +266,15 @@ def test_a_parked_head_catches_up_on_its_last_rows_only(head_targets):
     assert [t for step in execution.generate(prompt, 48) for t in step] == plain
     assert spec.proposals[0][0] == spec.parked_catch_up
     assert all(caught_up <= 4 for caught_up, _ in spec.proposals[1:])
-    # not parked, the first proposal catches up on the whole prompt
+    # never parked, the first proposal catches up on the prompt's last rows as well, and
+    # each later one on what the last verify kept
     unparked = RecordingHead(target.draft_head, 3, 0.0)
     target.reset()
     execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab), unparked,
                                      governor=ParkingGovernor(drafting=set(range(100))))
     assert [t for step in execution.generate(prompt, 48) for t in step] == plain
-    assert unparked.proposals[0][0] == len(prompt)
+    assert unparked.proposals[0][0] == unparked.parked_catch_up
+    assert all(caught_up <= 4 for caught_up, _ in unparked.proposals[1:])
 
 
 def test_a_file_without_a_head_has_none(tmp_path):

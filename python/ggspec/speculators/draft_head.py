@@ -16,7 +16,12 @@ one it missed (0.55 ms a row against a 24 ms step on a 16-layer qwen35 in
 bench/README), and reads recent context (the trunk's hidden row carries the rest).
 A request that reuses a cached prefix starts the same way: the head never saw the
 prefix's trunk rows, so they (and the first row after them, which reads the last)
-are skipped, and it drafts from the first proposal on.
+are skipped, and it drafts from the first proposal on. Until its first proposal a
+head counts as parked, so a prompt costs the first proposal at most parked_catch_up
+rows too: on a short run the governor's first probe, which a useless head never
+repays, then costs a few head rows instead of the whole prompt through the head
+(bench.qwen35moe: 58 prompt rows through an MoE head block were about 4% of a
+96-token generation).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class DraftHeadSpeculator(Speculator):
     def reset(self) -> None:
         self._exact = 0            # head positions [0, _exact) hold rows with exact inputs, or none
         self._skipped = 0          # then positions the head will not see (dropped while parked)
-        self._idle = False         # drafting is parked: keep at most parked_catch_up rows
+        self._idle = True          # parked, or not yet proposing: keep at most parked_catch_up rows
         self._tokens: list[int] = []          # committed tokens after those, not yet through the head
         self._before: list[np.ndarray] = []   # the trunk's hidden row before each of them
         self._last_row = self._zero_row       # the trunk's hidden row at the last committed position
