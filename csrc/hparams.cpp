@@ -258,6 +258,12 @@ void read_swa_layers(const ModelFile & f, Hparams & hp, int64_t period, bool win
     hp.rope_freq_scale_swa = 1.0f;
 }
 
+void require_keys(const ModelFile & f, std::initializer_list<std::string> keys) {
+    for (const std::string & key : keys) {
+        if (!f.has_key(key)) throw ModelFormatError("GGUF '" + f.path() + "' lacks '" + key + "'");
+    }
+}
+
 void require_full_rotary(const ModelFile & f, const Hparams & hp) {
     if (hp.n_rot != hp.head_dim) {
         throw ModelFormatError(hp.key("rope.dimension_count") + " " + std::to_string(hp.n_rot) + " in '" + f.path() +

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -174,6 +175,9 @@ void bind_layers(const ModelFile & file, const Hparams & hp, const LayerOptions 
 // default `period`: every period-th layer global, 0: none), and the SWA layers' RoPE
 // base (rope.freq_base_swa, default `swa_base`).
 void read_swa_layers(const ModelFile & file, Hparams & hp, int64_t period, bool window_required, float swa_base);
+
+// Keys llama.cpp reads without a default: a ModelFormatError naming the first one missing.
+void require_keys(const ModelFile & file, std::initializer_list<std::string> keys);
 
 // A file whose graph in llama.cpp asserts that RoPE turns whole heads (llama, qwen2, qwen3).
 void require_full_rotary(const ModelFile & file, const Hparams & hp);

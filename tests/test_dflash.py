@@ -51,7 +51,7 @@ def muse_target(tmp_path_factory):
     Its window of 64 covers the parity tests' 51 positions: with a window of 8, llama.cpp's
     draft-dflash drafts one token (the first of a block, at position 32) other than the
     NumPy reference's, from the same target and drafter files, where ggspec's is the
-    reference's; its sliding-window rows in a speculative run are not its plain ones."""
+    reference's (not looked into further; --swa-full does not change it)."""
     return write_tiny_model(tmp_path_factory.mktemp("dflash-muse") / "target.gguf", "muse-glimmer",
                             sliding_window=64)
 

@@ -16,7 +16,7 @@ from gguf import GGUFValueType
 import ggspec
 from tests.conftest import REPO
 from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
-from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.fixtures.tiny_qwen35 import write_tiny_qwen35, write_tiny_qwen35moe
 from tests.test_bad_input import copy_gguf, expect_error
 
 F32 = GGUFValueType.FLOAT32
@@ -139,7 +139,7 @@ def test_a_moe_file_missing_a_piece_is_refused(tiny_model, tmp_path, drop, fragm
 
 
 def test_experts_of_the_wrong_width_are_refused(tmp_path):
-    path = write_tiny_qwen35(tmp_path / "moe.gguf", n_expert=8, n_expert_used=3)
+    path = write_tiny_qwen35moe(tmp_path / "moe.gguf")
     wide = copy_gguf(str(path), tmp_path / "wide.gguf",
                      keys={"qwen35moe.expert_feed_forward_length": (64, U32)})
     refuses(wide, "ffn_gate_exps.weight")

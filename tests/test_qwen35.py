@@ -23,16 +23,13 @@ from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.ngram import NGramSpeculator
 from bench.synthetic_acceptance import SyntheticAcceptance
 from tests.fixtures.scripted import GarbageSpeculator
-from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.fixtures.tiny_qwen35 import MOE, write_tiny_qwen35
 from tests.reference.numpy_qwen35 import Qwen35Reference
 from tests.test_exactness import assert_bits_equal
 
 PATHS = ("snapshots", "snapshots-host", "reforward")
 GREEDY = SamplerConfig(temperature=0)
 TOKENS = [1] + list(range(40, 70))
-
-
-MOE = dict(n_expert=8, n_expert_used=3)  # a qwen35moe file
 
 
 @pytest.mark.parametrize("dtype,options,bound", [

@@ -13,13 +13,13 @@ import ggspec
 from bench.peer.commands import speculative_cmd
 from bench.peer.generation_stats import run_for_stats
 from bench.peer.peer import peer_greedy, peer_logits
-from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+from tests.fixtures.tiny_qwen35 import MOE, write_tiny_qwen35
 
 pytestmark = pytest.mark.peer
 
 
 @pytest.mark.parametrize("dtype,options", [("f32", {}), ("q8_0", dict(recurrent_layers=[True, False, True, False])),
-                                           ("q4_k", dict(n_expert=8, n_expert_used=3))])
+                                           ("q4_k", MOE)])
 def test_llama_cpp_runs_the_tiny_qwen35(tmp_path, dtype, options):
     path = write_tiny_qwen35(tmp_path / "tiny-qwen35.gguf", dtype=dtype, **options)
     [(ids, margins)] = peer_greedy(path, [[1, 50, 60, 70, 80]], 8, n_threads=1)
@@ -41,7 +41,7 @@ WIDE = dict(n_layer=6, recurrent_layers=[True, True, False, True, True, False], 
 SHAPES = {
     "grouped": {},
     "wide": WIDE,
-    "grouped-moe": dict(n_expert=8, n_expert_used=3),
+    "grouped-moe": MOE,
     "wide-moe": WIDE | dict(n_expert=16, n_expert_used=4, fused_gate_up=True),
 }
 MARGIN = 0.1  # ggspec's f32 logits stay within 0.02 of llama.cpp's on these files

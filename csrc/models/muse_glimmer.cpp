@@ -6,7 +6,6 @@
 // constant of the graph) before each residual add; SwiGLU FFN; an untied LM head
 // whose logits are scaled by logit_scale, then optionally soft-capped. Norm weights
 // hold the converter's +1.
-#include "errors.h"
 #include "model_file.h"
 #include "models/layers.h"
 
@@ -23,12 +22,7 @@ ggml_tensor * post_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight)
 void load_muse_glimmer(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     hp = read_common_hparams(file, "muse-glimmer");
     hp.rope_type = GGML_ROPE_TYPE_NORMAL;
-    if (!file.has_key(hp.key("attention.layer_norm_rms_epsilon"))) {
-        throw ModelFormatError("GGUF '" + file.path() + "' lacks '" + hp.key("attention.layer_norm_rms_epsilon") + "'");
-    }
-    if (!file.has_key(hp.key("logit_scale"))) {
-        throw ModelFormatError("GGUF '" + file.path() + "' lacks '" + hp.key("logit_scale") + "'");
-    }
+    require_keys(file, {hp.key("attention.layer_norm_rms_epsilon"), hp.key("logit_scale")});
     read_swa_layers(file, hp, 4, true, hp.rope_base);
     hp.logit_scale = finite_float(file, hp.key("logit_scale"), 1.0, 0.0, false);
     hp.final_softcap = finite_float(file, hp.key("final_logit_softcapping"), 0.0, 0.0, true);

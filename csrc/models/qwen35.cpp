@@ -104,6 +104,25 @@ void bind_qwen35_layers(const ModelFile & f, const Hparams & hp, ModelWeights & 
     }
 }
 
+ggml_tensor * gated_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
+    ggml_context * ctx = g.ctx;
+    const Hparams & hp = g.hp;
+    const LayerWeights & l = g.w.layers[il];
+    const int64_t n = g.n_rows, hd = hp.head_dim;
+    const size_t f = sizeof(float);
+
+    ggml_tensor * q_and_gate = g.matmul(l.wq, x);  // [2 * hd * n_head, n]
+    ggml_tensor * q = ggml_view_3d(ctx, q_and_gate, hd, hp.n_head, n, 2 * hd * f, q_and_gate->nb[1], 0);
+    ggml_tensor * gate = ggml_view_3d(ctx, q_and_gate, hd, hp.n_head, n, 2 * hd * f, q_and_gate->nb[1], hd * f);
+    gate = ggml_cont_2d(ctx, gate, hd * hp.n_head, n);
+    ggml_tensor * k = ggml_reshape_3d(ctx, g.matmul(l.wk, x), hd, hp.n_head_kv, n);
+    ggml_tensor * v = g.matmul(l.wv, x);
+    q = rope(g, il, rms_norm(g, q, l.q_norm));
+    k = rope(g, il, rms_norm(g, k, l.k_norm));
+    ggml_tensor * heads = ggml_mul(ctx, attend(g, il, q, k, v), ggml_sigmoid(ctx, gate));
+    return g.matmul(l.wo, heads);
+}
+
 }  // namespace
 
 void load_qwen35_family(const ModelFile & file, const std::string & arch, bool moe, Hparams & hp, ModelWeights & w) {
@@ -116,9 +135,7 @@ void load_qwen35_family(const ModelFile & file, const std::string & arch, bool m
     }
     hp.n_layer = block_count - hp.n_nextn;
     hp.is_swa.assign(hp.n_layer, false);
-    if (!file.has_key(hp.key("attention.layer_norm_rms_epsilon"))) {
-        throw ModelFormatError("GGUF '" + file.path() + "' lacks '" + hp.key("attention.layer_norm_rms_epsilon") + "'");
-    }
+    require_keys(file, {hp.key("attention.layer_norm_rms_epsilon")});
     const std::string sections_key = hp.key("rope.dimension_sections");
     const std::vector<int64_t> sections = file.has_key(sections_key) ? file.get_int_array(sections_key)
                                                                      : std::vector<int64_t>{};
@@ -143,29 +160,6 @@ void load_qwen35_family(const ModelFile & file, const std::string & arch, bool m
     bind_embeddings(file, hp, w);
     bind_qwen35_layers(file, hp, w);
 }
-
-namespace {
-
-ggml_tensor * gated_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
-    ggml_context * ctx = g.ctx;
-    const Hparams & hp = g.hp;
-    const LayerWeights & l = g.w.layers[il];
-    const int64_t n = g.n_rows, hd = hp.head_dim;
-    const size_t f = sizeof(float);
-
-    ggml_tensor * q_and_gate = g.matmul(l.wq, x);  // [2 * hd * n_head, n]
-    ggml_tensor * q = ggml_view_3d(ctx, q_and_gate, hd, hp.n_head, n, 2 * hd * f, q_and_gate->nb[1], 0);
-    ggml_tensor * gate = ggml_view_3d(ctx, q_and_gate, hd, hp.n_head, n, 2 * hd * f, q_and_gate->nb[1], hd * f);
-    gate = ggml_cont_2d(ctx, gate, hd * hp.n_head, n);
-    ggml_tensor * k = ggml_reshape_3d(ctx, g.matmul(l.wk, x), hd, hp.n_head_kv, n);
-    ggml_tensor * v = g.matmul(l.wv, x);
-    q = rope(g, il, rms_norm(g, q, l.q_norm));
-    k = rope(g, il, rms_norm(g, k, l.k_norm));
-    ggml_tensor * heads = ggml_mul(ctx, attend(g, il, q, k, v), ggml_sigmoid(ctx, gate));
-    return g.matmul(l.wo, heads);
-}
-
-}  // namespace
 
 ggml_tensor * build_qwen35_trunk(ForwardGraph & g) {
     ggml_tensor * x = embed_tokens(g);
@@ -223,13 +217,9 @@ ggml_tensor * build_qwen35_nextn(ForwardGraph & g) {
     return rms_norm(g, x, g.w.output_norm);
 }
 
-namespace {
-
-void load_qwen35(const ModelFile & file, Hparams & hp, ModelWeights & w) {
+static void load_qwen35(const ModelFile & file, Hparams & hp, ModelWeights & w) {
     load_qwen35_family(file, "qwen35", false, hp, w);
 }
-
-}  // namespace
 
 extern const Architecture kQwen35 = {"qwen35", load_qwen35, build_qwen35_trunk, load_qwen35_nextn, build_qwen35_nextn};
 

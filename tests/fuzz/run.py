@@ -46,7 +46,7 @@ def write_bases(root: Path) -> list[Base]:
     from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
     from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
     from tests.fixtures.tiny_models import write_tiny_model
-    from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
+    from tests.fixtures.tiny_qwen35 import write_tiny_qwen35, write_tiny_qwen35moe
 
     root.mkdir(parents=True, exist_ok=True)
     qwen3 = write_tiny_model(root / "qwen3.gguf", "qwen3", n_layer=2)
@@ -63,8 +63,7 @@ def write_bases(root: Path) -> list[Base]:
         "qwen3-f32": (qwen3, None),
         "muse-glimmer-q4_0": (write_tiny_model(root / "muse.gguf", "muse-glimmer", dtype="q4_0", seed=8), None),
         "qwen35-f32": (write_tiny_qwen35(root / "qwen35.gguf"), None),
-        "qwen35moe-q8_0": (write_tiny_qwen35(root / "qwen35moe.gguf", dtype="q8_0", n_expert=8, n_expert_used=3,
-                                             fused_gate_up=True), None),
+        "qwen35moe-q8_0": (write_tiny_qwen35moe(root / "qwen35moe.gguf", dtype="q8_0", fused_gate_up=True), None),
         "dflash": (write_tiny_dflash(root / "dflash.gguf"), str(qwen3)),
         "dflash2": (write_tiny_dflash(root / "dflash2.gguf", dflash2=dict(DFLASH2)), str(qwen3)),
         "dspark": (write_tiny_dflash(root / "dspark.gguf", dspark={}, reduced_vocab=96), str(qwen3)),
