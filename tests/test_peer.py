@@ -52,6 +52,19 @@ def test_tiny_models_agree_with_llama_cpp(tiny_model, arch, dtype):
     check_against_peer(path, tokens)
 
 
+@pytest.mark.parametrize("arch", ["qwen35moe", "muse-glimmer"])
+def test_llama_completion_decodes_the_newest_families(tiny_model, arch):
+    """llama.cpp's own tool loads and decodes the tiny files (their logits and argmaxes
+    are compared above and in test_qwen35_format.py)."""
+    from bench.peer.commands import completion_cmd
+    from bench.peer.generation_stats import completion_stats, run_for_stats
+
+    n = 24
+    stats = run_for_stats(completion_cmd(tiny_model(arch, "q8_0"), "a b c d e", n, threads=1, ctx=256),
+                          parse=completion_stats)
+    assert stats["call_tokens"] == n - 1  # the first token comes with the prompt
+
+
 @pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
 def test_real_models_agree_with_llama_cpp(request, model):
     path = request.getfixturevalue(model)
