@@ -99,17 +99,17 @@ def main() -> None:
     for k, ms in costs.items():
         print(f"| {k} | {ms:.1f} | {ms / costs[1]:.2f} |")
 
-    configs = ["plain", *(f"rate {r}" for r in args.rates)]
-    runs = []
+    rate_of = {"plain": None, **{f"rate {r}": r for r in args.rates}}  # None: no head
+
+    def run(target: ggspec.Target, config: str, n: int, seed: int) -> dict:
+        rate = rate_of[config]
+        return {**rollback_run(target, "plain" if rate is None else "snapshots", prompt, n, args.window,
+                               rate or 0.0, seed=seed), "config": config}
+
+    configs = list(rate_of)
     for config in configs:  # warm-up
-        rollback_run(target, "plain" if config == "plain" else "snapshots", prompt, 16, args.window,
-                     float(config.split()[-1]) if config != "plain" else 0.0, seed=2**32 - 1)
-    for r in range(args.rounds):
-        for config in rotated(configs, r):
-            rate = float(config.split()[-1]) if config != "plain" else 0.0
-            run = rollback_run(target, "plain" if config == "plain" else "snapshots", prompt, args.tokens,
-                               args.window, rate, seed=r)
-            runs.append({**run, "config": config})
+        run(target, config, 16, 2**32 - 1)
+    runs = [run(target, config, args.tokens, r) for r in range(args.rounds) for config in rotated(configs, r)]
     del target
     base = {x["seed"]: x["tokens_per_second"] for x in runs if x["config"] == "plain"}
     print("\n| head at synthetic acceptance (governor off) | tok/s median (min-max) | ratio to plain | "

@@ -45,6 +45,11 @@ def qwen3_target(tmp_path_factory):
     return write_tiny_model(tmp_path_factory.mktemp("dflash") / "target.gguf", "qwen3")
 
 
+# the Muse-Glimmer pairs read its layers 1 and 3, a sliding-window and a global one
+MUSE_PAIRS = [("muse_target", variant) for variant in ("plain", "dflash2")]
+MUSE_LAYERS = dict(target_layers=(1, 3))
+
+
 @pytest.fixture(scope="module")
 def muse_target(tmp_path_factory):
     """A Muse-Glimmer target (logit_scale 0.9, global layers without RoPE): the seed's DFlash model.
@@ -129,13 +134,12 @@ def test_a_dflash2_lattice_takes_the_transformed_logit(muse_target, tmp_path):
     differently."""
     target = ggspec.load(muse_target, n_ctx=256, n_threads=2)
     tokens = list(range(10, 40))
+    features = target.spec_forward(tokens, hidden_layers=list(MUSE_LAYERS["target_layers"])).hidden
     walks = {}
     for name, transform in (("transformed", dict(logit_scale=0.9, final_logit_softcapping=2.0)),
                             ("raw", dict(logit_scale=0.0, final_logit_softcapping=0.0))):
-        path = write_tiny_dflash(tmp_path / f"{name}.gguf", dflash2=transform, target_layers=(1, 3))
+        path = write_tiny_dflash(tmp_path / f"{name}.gguf", dflash2=transform, **MUSE_LAYERS)
         drafter = target.attach_drafter(path)
-        features = target.spec_forward(tokens, hidden_layers=list(drafter.target_layers)).hidden
-        target.reset()
         drafter.inject(features, 0)
         walks[name] = [drafter.draft(anchor, len(tokens), 8, 10).walk()[0] for anchor in (77, 5, 200, 31)]
         if name == "transformed":
@@ -310,11 +314,6 @@ def test_a_model_that_is_not_a_drafter_is_refused(qwen3_target):
     target = ggspec.load(qwen3_target, n_ctx=128)
     with pytest.raises(ggspec.ModelFormatError, match="not a DFlash drafter"):
         target.attach_drafter(qwen3_target)
-
-
-# the Muse-Glimmer pairs read its layers 1 and 3, a sliding-window and a global one
-MUSE_PAIRS = [("muse_target", variant) for variant in ("plain", "dflash2")]
-MUSE_LAYERS = dict(target_layers=(1, 3))
 
 
 @pytest.mark.peer

@@ -16,6 +16,7 @@ from gguf import GGUFValueType
 import ggspec
 from tests.conftest import REPO
 from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
+from tests.fixtures.tiny_models import U32
 from tests.fixtures.tiny_qwen35 import write_tiny_qwen35, write_tiny_qwen35moe
 from tests.test_bad_input import copy_gguf, expect_error
 
@@ -112,9 +113,6 @@ def test_bad_rope_sections_are_refused(tmp_path, sections, fragment):
 def test_a_qwen35_without_attention_layers_is_refused(tmp_path):
     path = write_tiny_qwen35(tmp_path / "q35.gguf", recurrent_layers=[True] * 4)
     refuses(path, "no full-attention layer")
-
-
-U32 = GGUFValueType.UINT32
 
 
 @pytest.mark.parametrize("keys,fragment", [
