@@ -37,7 +37,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     auto cg = std::make_unique<CachedGraph>();
     // A recurrent layer adds its per-sequence chain (views, conv, delta rule, state
     // writes, the output's concat: about 25 nodes) for each sequence in the batch.
-    const size_t max_nodes = 64 * (size_t) hp.n_layer + 512 + 32 * (size_t) (hp.n_layer * key.recurrent.size());
+    const size_t max_nodes = 96 * (size_t) hp.n_layer + 512 + 32 * (size_t) (hp.n_layer * key.recurrent.size());
     ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
                                nullptr, true};
     cg->ctx = ggml_init(params);
@@ -46,11 +46,12 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
 
     cg->tokens = new_input(ctx, GGML_TYPE_I32, n, 0, "tokens");
     cg->positions = new_input(ctx, GGML_TYPE_I32, n * hp.n_pos_per_token, 0, "positions");
-    auto attention_inputs = [&](int64_t n_kv, bool ring, int64_t window) {
+    auto attention_inputs = [&](int64_t n_kv, bool ring, int64_t window, int64_t kv_width) {
         AttentionInputs a;
         a.mask = new_input(ctx, GGML_TYPE_F32, n_kv, n, "kq_mask");
         a.k_idx = new_input(ctx, GGML_TYPE_I64, n, 0, "k_idx");
-        a.v_idx = new_input(ctx, GGML_TYPE_I64, n * hp.n_embd_kv(), 0, "v_idx");
+        a.v_idx = new_input(ctx, GGML_TYPE_I64, n * kv_width, 0, "v_idx");
+        a.kv_width = kv_width;
         // rows of several sequences: where each one's region is (kernels/batched_attention.h)
         if (key.batched) a.regions = new_input(ctx, GGML_TYPE_I32, 2 * n, 0, "kv_regions");
         a.n_kv = n_kv;
@@ -58,8 +59,8 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
         a.window = window;
         return a;
     };
-    cg->full = attention_inputs(key.n_kv_full, false, 0);
-    if (hp.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, body_.kv.has_ring(), hp.n_swa);
+    cg->full = attention_inputs(key.n_kv_full, false, 0, hp.n_embd_kv_kind(false));
+    if (hp.n_swa > 0) cg->swa = attention_inputs(key.n_kv_swa, body_.kv.has_ring(), hp.n_swa, hp.n_embd_kv_kind(true));
 
     if (body_.hidden_width > 0) cg->hidden_in = new_input(ctx, GGML_TYPE_F32, body_.hidden_width, n, "hidden_in");
 
@@ -122,7 +123,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
 void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const std::vector<Segment> & segments,
                                         int64_t n) {
     const KvCache & kv = body_.kv;
-    const int64_t d = body_.hp.n_embd_kv();
+    const int64_t d = in.kv_width;
     mask_.resize((size_t) (in.n_kv * n));
     idx_.resize((size_t) (n * d));
     regions_.resize((size_t) (2 * n));
@@ -241,7 +242,7 @@ void GraphRunner::read_outputs(const CachedGraph & g, const GraphKey & key, int6
                           const ForwardOutputs & out) const {
     const Hparams & hp = body_.hp;
     if (g.hidden && out.hidden) {
-        const int64_t width = (int64_t) key.taps.size() * hp.n_embd;
+        const int64_t width = g.hidden->ne[0];  // the taps' widths, concatenated
         ggml_backend_tensor_get(g.hidden, out.hidden + row0 * width, 0, ggml_nbytes(g.hidden));
     }
     if (g.logits && out.logits) {

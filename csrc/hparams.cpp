@@ -130,19 +130,22 @@ float finite_float(const ModelFile & f, const std::string & key, double fallback
     return (float) v;
 }
 
-Hparams read_common_hparams(const ModelFile & f, const std::string & arch, bool moe) {
+Hparams read_common_hparams(const ModelFile & f, const std::string & arch, bool moe, bool per_layer) {
     Hparams hp;
     hp.arch = arch;
     hp.n_embd = f.get_int(hp.key("embedding_length"));
     hp.n_layer = f.get_int(hp.key("block_count"));
-    hp.n_ff = uniform_int(f, hp.key("feed_forward_length"));
+    require_positive(hp.key("block_count"), hp.n_layer);
+    if (hp.n_layer > 4096) throw ModelFormatError("implausible " + hp.key("block_count") + " " + std::to_string(hp.n_layer));
+    auto layer_int = [&](const std::string & key) { return per_layer ? layer_ints(f, key, hp.n_layer)[0] : uniform_int(f, key); };
+    hp.n_ff = layer_int(hp.key("feed_forward_length"));
     hp.n_head = uniform_int(f, hp.key("attention.head_count"));
-    hp.n_head_kv = f.has_key(hp.key("attention.head_count_kv")) ? uniform_int(f, hp.key("attention.head_count_kv"))
+    hp.n_head_kv = f.has_key(hp.key("attention.head_count_kv")) ? layer_int(hp.key("attention.head_count_kv"))
                                                                  : hp.n_head;
     hp.n_ctx_train = f.get_int(hp.key("context_length"), 2048);
     require_context(hp.key("context_length"), hp.n_ctx_train);
     for (auto [k, v] : {std::pair<const char *, int64_t>{"embedding_length", hp.n_embd},
-                        {"block_count", hp.n_layer}, {"feed_forward_length", hp.n_ff},
+                        {"feed_forward_length", hp.n_ff},
                         {"attention.head_count", hp.n_head}, {"attention.head_count_kv", hp.n_head_kv}}) {
         require_positive(hp.key(k), v);
     }
@@ -256,6 +259,16 @@ void read_swa_layers(const ModelFile & f, Hparams & hp, int64_t period, bool win
     }
     hp.rope_base_swa = finite_float(f, hp.key("rope.freq_base_swa"), swa_base, 0.0, false);
     hp.rope_freq_scale_swa = 1.0f;
+}
+
+std::vector<int64_t> layer_ints(const ModelFile & f, const std::string & key, int64_t n_layer) {
+    std::vector<int64_t> v = f.get_int_array(key);
+    if (!f.is_array(key)) v.assign((size_t) n_layer, v[0]);
+    if ((int64_t) v.size() != n_layer) {
+        throw ModelFormatError("'" + key + "' in '" + f.path() + "' has " + std::to_string(v.size()) + " entries for " +
+                               std::to_string(n_layer) + " layers");
+    }
+    return v;
 }
 
 void require_keys(const ModelFile & f, std::initializer_list<std::string> keys) {

@@ -41,6 +41,15 @@ struct Hparams {
 
     int64_t n_swa = 0;         // sliding window; 0 = every layer attends to the whole context
     std::vector<bool> is_swa;  // per layer
+    // The sliding-window layers' attention shape where it is their own (gemma4:
+    // attention.key_length_swa, head_count_kv per layer, rope.dimension_count_swa);
+    // 0: the global layers' (head_dim, n_head_kv, n_rot).
+    int64_t head_dim_swa = 0;
+    int64_t n_head_kv_swa = 0;
+    int64_t n_rot_swa = 0;
+    // The layer whose KV cache each layer attends over: gemma4's shared-KV layers
+    // read an earlier layer's and write none. Empty: every layer its own.
+    std::vector<int64_t> kv_layer;
 
     float embd_scale = 1.0f;     // multiplies token embeddings (Gemma: sqrt(n_embd))
     float q_scale = 1.0f;        // multiplies q after RoPE (Gemma)
@@ -67,7 +76,18 @@ struct Hparams {
     int64_t n_ff_exp = 0;       // an expert's FFN width
     int64_t n_ff_shexp = 0;     // the shared expert's
 
-    int64_t n_embd_kv() const { return head_dim * n_head_kv; }
+    int64_t n_embd_per_layer = 0;  // per-layer token embeddings' width (gemma4); 0: none
+
+    int64_t n_embd_kv() const { return head_dim * n_head_kv; }  // a global layer's
+    // The attention shape of a kind of layer (swa: sliding-window), and of layer il.
+    int64_t head_dim_kind(bool swa) const { return swa && head_dim_swa ? head_dim_swa : head_dim; }
+    int64_t n_head_kv_kind(bool swa) const { return swa && n_head_kv_swa ? n_head_kv_swa : n_head_kv; }
+    int64_t n_embd_kv_kind(bool swa) const { return head_dim_kind(swa) * n_head_kv_kind(swa); }
+    int64_t head_dim_of(int64_t il) const { return head_dim_kind(is_swa[il]); }
+    int64_t n_head_kv_of(int64_t il) const { return n_head_kv_kind(is_swa[il]); }
+    int64_t n_embd_kv_of(int64_t il) const { return n_embd_kv_kind(is_swa[il]); }
+    int64_t n_rot_of(int64_t il) const { return is_swa[il] && n_rot_swa ? n_rot_swa : n_rot; }
+    int64_t cache_layer(int64_t il) const { return kv_layer.empty() ? il : kv_layer[il]; }
     float rope_ext_factor() const { return rope_scaling == RopeScaling::yarn ? 1.0f : 0.0f; }
     bool recurrent(int64_t il) const { return !is_recurrent.empty() && is_recurrent[il]; }
     bool has_recurrent() const { return std::find(is_recurrent.begin(), is_recurrent.end(), true) != is_recurrent.end(); }
@@ -126,6 +146,13 @@ struct LayerWeights {
     ggml_tensor * ssm_out = nullptr;
 
     ExpertWeights experts;  // unset (router null) for a dense FFN
+
+    // gemma4: the per-layer embedding's gate [n_embd -> n_embd_per_layer], its projection
+    // back and that projection's norm; the scalar the layer's output is multiplied by.
+    ggml_tensor * ple_gate = nullptr;
+    ggml_tensor * ple_proj = nullptr;
+    ggml_tensor * ple_post_norm = nullptr;
+    ggml_tensor * out_scale = nullptr;
 };
 
 // A NextN (MTP) draft head's input projection: [enorm(embedding); hnorm(hidden)] -> n_embd.
@@ -143,6 +170,11 @@ struct ModelWeights {
     // LongRoPE's two sets of divisors (phi3); the target picks one by its context.
     ggml_tensor * rope_long = nullptr;
     ggml_tensor * rope_short = nullptr;
+    // gemma4's per-layer token embeddings [n_layer * n_embd_per_layer, n_vocab], the
+    // projection of the embedding to them, and its norm [n_embd_per_layer]
+    ggml_tensor * per_layer_tok_embd = nullptr;
+    ggml_tensor * per_layer_model_proj = nullptr;
+    ggml_tensor * per_layer_proj_norm = nullptr;
     std::vector<LayerWeights> layers;
     NextnWeights nextn;  // a draft head's; unset in a trunk
 };
@@ -154,7 +186,9 @@ float finite_float(const ModelFile & file, const std::string & key, double fallb
 // The keys every supported architecture shares; the architecture's own
 // loader adds what is particular to it. A file with experts is refused unless
 // the architecture runs them (moe), which then requires them.
-Hparams read_common_hparams(const ModelFile & file, const std::string & arch, bool moe = false);
+// per_layer: feed_forward_length and attention.head_count_kv may vary per layer;
+// the first layer's values are kept, and the loader reads the rest (gemma4).
+Hparams read_common_hparams(const ModelFile & file, const std::string & arch, bool moe = false, bool per_layer = false);
 
 // Binds block p's routed experts and, into its dense FFN weights, its shared expert.
 void bind_experts(const ModelFile & file, const Hparams & hp, const std::string & p, LayerWeights & l);
@@ -175,6 +209,9 @@ void bind_layers(const ModelFile & file, const Hparams & hp, const LayerOptions 
 // default `period`: every period-th layer global, 0: none), and the SWA layers' RoPE
 // base (rope.freq_base_swa, default `swa_base`).
 void read_swa_layers(const ModelFile & file, Hparams & hp, int64_t period, bool window_required, float swa_base);
+
+// A per-layer integer key: an array of n_layer values, or one value for every layer.
+std::vector<int64_t> layer_ints(const ModelFile & file, const std::string & key, int64_t n_layer);
 
 // Keys llama.cpp reads without a default: a ModelFormatError naming the first one missing.
 void require_keys(const ModelFile & file, std::initializer_list<std::string> keys);

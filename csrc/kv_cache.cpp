@@ -71,10 +71,11 @@ KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int6
     k_.assign(hp.n_layer, nullptr);
     v_.assign(hp.n_layer, nullptr);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
-        if (hp.recurrent(il)) continue;  // a recurrent layer keeps its own state (recurrent_state.h)
+        // a recurrent layer keeps its own state (recurrent_state.h); a shared-KV layer reads another's cache
+        if (hp.recurrent(il) || hp.cache_layer(il) != il) continue;
         const int64_t n_slots = n_seqs * (layer_uses_ring(il) ? n_slots_ring_ : n_slots_full_);
-        k_[il] = ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv(), n_slots);
-        v_[il] = ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv());
+        k_[il] = ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv_of(il), n_slots);
+        v_[il] = ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv_of(il));
         ggml_format_name(k_[il], "cache_k_l%d", (int) il);
         ggml_format_name(v_[il], "cache_v_l%d", (int) il);
     }
@@ -140,7 +141,7 @@ size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
 size_t KvCache::position_bytes() const {
     size_t bytes = 0;
     for (ggml_tensor * k : k_) {
-        if (k) bytes += 2 * ggml_row_size(k->type, hp_.n_embd_kv());
+        if (k) bytes += 2 * ggml_row_size(k->type, k->ne[0]);
     }
     return bytes;
 }
@@ -173,7 +174,6 @@ int64_t total_positions(const std::vector<KvCache::HostCopy> & copies) {
 }  // namespace
 
 void KvCache::copy_positions(int64_t seq, int64_t pos, const std::vector<HostCopy> & copies, bool to_host) const {
-    const int64_t n_embd_kv = hp_.n_embd_kv();
     std::vector<uint8_t *> at;  // each copy's cursor
     for (const HostCopy & c : copies) at.push_back(c.data);
     // runs of consecutive slots from position p, n long: a ring's positions wrap at most once
@@ -189,6 +189,7 @@ void KvCache::copy_positions(int64_t seq, int64_t pos, const std::vector<HostCop
         ggml_tensor * k = k_[il];
         if (!k) continue;
         ggml_tensor * v = v_[il];
+        const int64_t n_embd_kv = k->ne[0];
         const bool ring = layer_uses_ring(il);
         const SlotMap & map = slots(ring, seq);
         const int64_t region = base(ring, seq);

@@ -79,8 +79,9 @@ public:
     bool has_ring() const { return has_ring_; }
     bool layer_uses_ring(int64_t il) const { return has_ring_ && hp_.is_swa[il]; }
 
-    ggml_tensor * k(int64_t il) const { return k_[il]; }
-    ggml_tensor * v(int64_t il) const { return v_[il]; }  // transposed: [n_slots, n_embd_kv]
+    // Layer il's cache (a shared-KV layer's is the layer's it reads: Hparams::cache_layer)
+    ggml_tensor * k(int64_t il) const { return k_[hp_.cache_layer(il)]; }
+    ggml_tensor * v(int64_t il) const { return v_[hp_.cache_layer(il)]; }  // transposed: [n_slots, n_embd_kv]
     const SlotMap & slots(bool ring, int64_t seq = 0) const { return ring ? seqs_[seq].ring : seqs_[seq].full; }
     int64_t total_slots(bool ring) const { return n_seqs() * (ring ? n_slots_ring_ : n_slots_full_); }
     // Where a sequence's region starts in the cache's slots.

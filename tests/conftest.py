@@ -39,6 +39,7 @@ def gemma3_path() -> str:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """tiny_model(arch, dtype="f32", **overrides) -> path of a GGUF written once per session."""
+    from tests.fixtures.tiny_gemma4 import write_tiny_gemma4
     from tests.fixtures.tiny_models import write_tiny_model
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35, write_tiny_qwen35moe
 
@@ -56,6 +57,8 @@ def tiny_model(tmp_path_factory):
                 made[key] = str(write_tiny_qwen35(root / name, dtype=dtype, **overrides))
             elif arch == "qwen35moe":
                 made[key] = str(write_tiny_qwen35moe(root / name, dtype=dtype, **overrides))
+            elif arch == "gemma4":
+                made[key] = str(write_tiny_gemma4(root / name, dtype=dtype, **overrides))
             else:
                 made[key] = str(write_tiny_model(root / name, arch, dtype=dtype, **overrides))
         return made[key]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ggspec
-from tests.fixtures.tiny_models import ARCHS, TARGET_ARCHS
+from tests.fixtures.tiny_models import ATTENTION_ARCHS, TARGET_ARCHS
 
 MAX_ROWS = 65
 TAPS = (0, 1, "final")
@@ -94,7 +94,7 @@ def test_last_row_of_a_chunked_prefill(tiny_model, n):
     assert np.array_equal(top.ids[0], np.argsort(-all_rows.logits[-1], kind="stable")[:3])
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", ATTENTION_ARCHS)
 def test_rewind_and_reforward_reproduce_logits(tiny_model, arch):
     # attention-only trunks: a recurrent one rewinds only within its last verify (test_qwen35.py)
     target = ggspec.load(tiny_model(arch, "f16"), n_ctx=256)

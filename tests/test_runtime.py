@@ -15,7 +15,7 @@ from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.draft_model import DraftModelSpeculator
 from ggspec.speculators.ngram import NGramSpeculator
 from tests.fixtures.scripted import GarbageSpeculator, NoisyOracleSpeculator, ScriptedSpeculator, ScriptedTarget
-from tests.fixtures.tiny_models import ARCHS, TARGET_ARCHS
+from tests.fixtures.tiny_models import ATTENTION_ARCHS, TARGET_ARCHS
 
 TRUTH = [(7 * i + 3) % 32 for i in range(80)]
 GREEDY = SamplerConfig(temperature=0)
@@ -101,7 +101,7 @@ def tiny_targets(tiny_model, tmp_path_factory):
     from tests.fixtures.tiny_eagle3 import write_tiny_eagle3_for
 
     targets = {(arch, dtype, None): ggspec.load(tiny_model(arch, dtype), n_ctx=512, n_threads=2)
-               for arch in ARCHS for dtype in ("f32", "q8_0")}
+               for arch in ATTENTION_ARCHS for dtype in ("f32", "q8_0")}
     targets |= {(arch, dtype, rollback): ggspec.load(tiny_model(arch, dtype), n_ctx=512, n_threads=2,
                                                      recurrent_rollback=rollback)
                 for arch in RECURRENT_ARCHS for dtype in ("f32", "q8_0") for rollback in ROLLBACKS}

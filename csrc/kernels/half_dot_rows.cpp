@@ -223,7 +223,10 @@ private:
             for (const uint8_t * line = first; line < last; line += 64) __builtin_prefetch(line);
         };
         if constexpr (TA % 2 == 0) {
-            if (avx512_) {
+            // pairs_ pairs the chunk's rows 2p and 2p + 1: a tile after a run that
+            // ended on an odd row (attention sharp enough that neighbouring rows'
+            // probabilities share no step) takes the 8-lane code instead
+            if (avx512_ && (t.a - a0_) % 2 == 0) {
                 for (int64_t w = keys.lo; w < keys.hi; ++w) {
                     ahead(w);
                     tile_pairs<TA, Bf16>(row(w), w, t.a, t.steps);
@@ -284,7 +287,7 @@ private:
     // all 4 accumulators at once: 2 x TA chains in flight.
     template <int TA, bool Bf16>
     GGSPEC_AVX512 void tile_pairs(const uint16_t * row, int64_t w, int64_t a, Span steps) const {
-        const float * y = pairs_ + (a - a0_) * stride_;  // a - a0_ is even
+        const float * y = pairs_ + (a - a0_) * stride_;  // a - a0_ is even (tile_rows)
         alignas(64) float acc[TA][kAccs][8];
         __m512 sum[kAccs][TA / 2];
         for (int j = 0; j < kAccs; ++j) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -22,6 +23,7 @@ struct AttentionInputs {
     ggml_tensor * v_idx = nullptr;  // I64 [n_rows * n_embd_kv]: element slots in the transposed V cache (path off)
     ggml_tensor * regions = nullptr;  // I32 [2 * n_rows]: each row's sequence's region [lo, hi) (batched graphs)
     int64_t n_kv = 0;               // slots attended over
+    int64_t kv_width = 0;           // a cache row's values: the kind's head size * KV heads
     bool ring = false;              // cache rows come from the sliding-window ring
     int64_t window = 0;             // 0 = whole context
 };
@@ -53,6 +55,8 @@ struct ForwardGraph {
     // Nodes with effects that no output depends on (state and cache writes):
     // added to the graph after everything the builder returned.
     std::vector<ggml_tensor *> writes;
+    // Each layer's K and V write nodes in this graph (attend): what a later shared-KV layer reads.
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> written_kv;
 
     const AttentionInputs & attention_inputs(int64_t il) const { return hp.is_swa[il] ? swa : full; }
     // A weight matrix (or attention's cached K and V) times activations,

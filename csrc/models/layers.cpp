@@ -36,7 +36,7 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
                                base, freq_scale, hp.rope_ext_factor(), hp.rope_attn_factor, kYarnBetaFast,
                                kYarnBetaSlow);
     }
-    return ggml_rope_ext(g.ctx, x, g.positions, swa ? nullptr : g.w.rope_freqs, (int) hp.n_rot, hp.rope_type,
+    return ggml_rope_ext(g.ctx, x, g.positions, swa ? nullptr : g.w.rope_freqs, (int) hp.n_rot_of(il), hp.rope_type,
                          n_ctx_orig, base, freq_scale, hp.rope_ext_factor(), hp.rope_attn_factor, kYarnBetaFast,
                          kYarnBetaSlow);
 }
@@ -44,7 +44,7 @@ ggml_tensor * rope(ForwardGraph & g, int64_t il, ggml_tensor * x) {
 std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
     ggml_context * ctx = g.ctx;
     const AttentionInputs & in = g.attention_inputs(il);
-    const int64_t n_kv_dim = g.hp.n_embd_kv();
+    const int64_t n_kv_dim = g.hp.n_embd_kv_of(il);
     ggml_tensor * vc = g.kv.v(il);
     ggml_tensor * k_written = ggml_set_rows(ctx, g.kv.k(il), ggml_reshape_2d(ctx, k, n_kv_dim, g.n_rows), in.k_idx);
     // V is stored transposed so that attention multiplies it without a copy.
@@ -55,30 +55,25 @@ std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, g
 
 namespace {
 
-// Writes this forward's K and V rows into the cache and returns views of the
-// first n_kv slots, shaped for attention: K [hd, n_kv, n_head_kv] and
-// V^T [n_kv, hd, n_head_kv]. The views hang off the writes, so the graph
-// orders every read after them.
-std::pair<ggml_tensor *, ggml_tensor *> cache_kv(ForwardGraph & g, int64_t il, ggml_tensor * k, ggml_tensor * v) {
+// Views of the first n_kv slots of layer il's cache (k_cache and v_cache: its
+// tensors, or the nodes that wrote them in this graph, which orders every read
+// after the writes), shaped for attention: K [hd, n_kv, n_head_kv] and
+// V^T [n_kv, hd, n_head_kv].
+std::pair<ggml_tensor *, ggml_tensor *> kv_views(ForwardGraph & g, int64_t il, ggml_tensor * k_cache,
+                                                 ggml_tensor * v_cache) {
     ggml_context * ctx = g.ctx;
     const AttentionInputs & in = g.attention_inputs(il);
-    const int64_t hd = g.hp.head_dim;
+    const int64_t hd = g.hp.head_dim_of(il), n_head_kv = g.hp.n_head_kv_of(il);
     ggml_tensor * kc = g.kv.k(il);
     ggml_tensor * vc = g.kv.v(il);
-    auto [k_written, v_written] = write_kv(g, il, k, v);
-
-    ggml_tensor * kview = ggml_view_3d(ctx, k_written, hd, g.hp.n_head_kv, in.n_kv, ggml_row_size(kc->type, hd),
-                                       kc->nb[1], 0);
-    ggml_tensor * vview = ggml_view_3d(ctx, v_written, in.n_kv, hd, g.hp.n_head_kv, vc->nb[1], vc->nb[1] * hd, 0);
+    ggml_tensor * kview = ggml_view_3d(ctx, k_cache, hd, n_head_kv, in.n_kv, ggml_row_size(kc->type, hd), kc->nb[1], 0);
+    ggml_tensor * vview = ggml_view_3d(ctx, v_cache, in.n_kv, hd, n_head_kv, vc->nb[1], vc->nb[1] * hd, 0);
     return {ggml_permute(ctx, kview, 0, 2, 1, 3), vview};
 }
 
-}  // namespace
-
-ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+ggml_tensor * attend_views(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * kcache, ggml_tensor * vcache) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
-    auto [kcache, vcache] = cache_kv(g, il, k, v);
     const AttentionInputs & in = g.attention_inputs(il);
     ggml_tensor * mask = in.mask;
     if (in.regions) {  // several sequences' rows: each attends over its own region's keys
@@ -90,17 +85,37 @@ ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor 
     ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3), mask);  // [n_kv, n, n_head]
     kq = masked_soft_max(ctx, kq, mask, hp.kq_scale, g.row_kernels);
     ggml_tensor * kqv = g.matmul(vcache, kq);  // [hd, n, n_head]
-    return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim * hp.n_head, g.n_rows);
+    return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim_of(il) * hp.n_head, g.n_rows);
 }
 
-QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
+}  // namespace
+
+ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v) {
+    auto [k_written, v_written] = write_kv(g, il, k, v);
+    g.written_kv.resize((size_t) g.hp.n_layer);
+    g.written_kv[(size_t) il] = {k_written, v_written};
+    auto [kcache, vcache] = kv_views(g, il, k_written, v_written);
+    return attend_views(g, il, q, kcache, vcache);
+}
+
+ggml_tensor * attend_cached(ForwardGraph & g, int64_t il, ggml_tensor * q) {
+    const size_t src = (size_t) g.hp.cache_layer(il);
+    const bool written = src < g.written_kv.size() && g.written_kv[src].first;
+    auto [kcache, vcache] = kv_views(g, il, written ? g.written_kv[src].first : g.kv.k(il),
+                                     written ? g.written_kv[src].second : g.kv.v(il));
+    return attend_views(g, il, q, kcache, vcache);
+}
+
+QkvRows project_qkv(ForwardGraph & g, int64_t il, ggml_tensor * x) {
+    const LayerWeights & l = g.w.layers[il];
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
-    const int64_t n = g.n_rows, hd = hp.head_dim, n_q = hd * hp.n_head, n_kv = hp.n_embd_kv();
+    const int64_t n = g.n_rows, hd = hp.head_dim_of(il), n_head_kv = hp.n_head_kv_of(il);
+    const int64_t n_q = hd * hp.n_head, n_kv = hd * n_head_kv;
     auto biased = [&](ggml_tensor * y, ggml_tensor * bias) { return bias ? ggml_add(ctx, y, bias) : y; };
     if (!l.wqkv) {
         return {ggml_reshape_3d(ctx, biased(g.matmul(l.wq, x), l.bq), hd, hp.n_head, n),
-                ggml_reshape_3d(ctx, biased(g.matmul(l.wk, x), l.bk), hd, hp.n_head_kv, n),
+                ggml_reshape_3d(ctx, biased(g.matmul(l.wk, x), l.bk), hd, n_head_kv, n),
                 biased(g.matmul(l.wv, x), l.bv)};
     }
     ggml_tensor * qkv = g.matmul(l.wqkv, x);
@@ -111,7 +126,7 @@ QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
     }
     const size_t row = qkv->nb[1], el = ggml_element_size(qkv);
     ggml_tensor * q = ggml_view_3d(ctx, qkv, hd, hp.n_head, n, hd * el, row, 0);
-    ggml_tensor * k = ggml_view_3d(ctx, qkv, hd, hp.n_head_kv, n, hd * el, row, n_q * el);
+    ggml_tensor * k = ggml_view_3d(ctx, qkv, hd, n_head_kv, n, hd * el, row, n_q * el);
     // V is written to the cache as contiguous rows.
     ggml_tensor * v = ggml_cont(ctx, ggml_view_2d(ctx, qkv, n_kv, n, row, (n_q + n_kv) * el));
     return {q, k, v};
@@ -120,7 +135,7 @@ QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
 ggml_tensor * self_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const Hparams & hp = g.hp;
     const LayerWeights & l = g.w.layers[il];
-    auto [q, k, v] = project_qkv(g, l, x);
+    auto [q, k, v] = project_qkv(g, il, x);
     if (l.q_norm) q = rms_norm(g, q, l.q_norm);
     if (l.k_norm) k = rms_norm(g, k, l.k_norm);
     q = rope(g, il, q);

@@ -20,7 +20,13 @@ std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, g
 // Roped q [hd, n_head, n], k [hd, n_head_kv, n] and v [hd * n_head_kv, n]:
 // writes k and v to the cache, attends over it with the layer's mask, and
 // returns the heads' outputs [hd * n_head, n] before the output projection.
+// hd and n_head_kv are the layer's (Hparams::head_dim_of, n_head_kv_of).
 ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v);
+
+// The same attention over what the cache already holds, writing nothing: a
+// shared-KV layer's over the layer it reads (after that layer's write when the
+// graph made it), or a drafter's over its target's cache.
+ggml_tensor * attend_cached(ForwardGraph & g, int64_t il, ggml_tensor * q);
 
 // The pre-normed input's q [hd, n_head, n], k [hd, n_head_kv, n] and v
 // [hd * n_head_kv, n], with their biases: three products or one fused (phi3).
@@ -29,7 +35,7 @@ struct QkvRows {
     ggml_tensor * k;
     ggml_tensor * v;
 };
-QkvRows project_qkv(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x);
+QkvRows project_qkv(ForwardGraph & g, int64_t il, ggml_tensor * x);
 
 // Pre-normed input -> q/k/v projections, optional per-head q/k norm, RoPE,
 // KV cache write, masked softmax attention, output projection.

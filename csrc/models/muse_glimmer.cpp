@@ -37,7 +37,7 @@ void load_muse_glimmer(const ModelFile & file, Hparams & hp, ModelWeights & w) {
 
 ggml_tensor * gated_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const LayerWeights & l = g.w.layers[il];
-    auto [q, k, v] = project_qkv(g, l, x);
+    auto [q, k, v] = project_qkv(g, il, x);
     q = rms_norm(g, q, l.q_norm);
     k = rms_norm(g, k, l.k_norm);
     if (g.hp.is_swa[il]) {  // global layers attend without positions

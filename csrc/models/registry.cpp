@@ -8,11 +8,12 @@ extern const Architecture kQwen3;
 extern const Architecture kQwen2;
 extern const Architecture kPhi3;
 extern const Architecture kGemma3;
+extern const Architecture kGemma4;
 extern const Architecture kQwen35;
 extern const Architecture kQwen35Moe;
 extern const Architecture kMuseGlimmer;
 
-static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kQwen35, &kQwen35Moe,
+static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kGemma4, &kQwen35, &kQwen35Moe,
                                                         &kMuseGlimmer};
 
 const Architecture * find_architecture(const std::string & name) {

@@ -41,10 +41,11 @@ class Base:
 
 def write_bases(root: Path) -> list[Base]:
     """The project's tiny files: the fixture writers' llama (one with YaRN), qwen2, qwen3, phi3 (with
-    LongRoPE factors and partial rotary), gemma3, muse-glimmer, qwen35, qwen35moe, DFlash, DSpark and EAGLE-3
-    files."""
+    LongRoPE factors and partial rotary), gemma3, gemma4 (shared KV, per-layer embeddings, V = K), muse-glimmer,
+    qwen35, qwen35moe, DFlash, DSpark and EAGLE-3 files."""
     from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
     from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
+    from tests.fixtures.tiny_gemma4 import write_tiny_gemma4
     from tests.fixtures.tiny_models import write_tiny_model
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35, write_tiny_qwen35moe
 
@@ -60,6 +61,7 @@ def write_bases(root: Path) -> list[Base]:
                                        rope_factors=([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0] * 6),
                                        rope_original_context=256, rope_attn_factor=1.2), None),
         "gemma3-f16": (write_tiny_model(root / "gemma3.gguf", "gemma3", dtype="f16", n_layer=3), None),
+        "gemma4-q8_0": (write_tiny_gemma4(root / "gemma4.gguf", dtype="q8_0", k_eq_v=True), None),
         "qwen3-f32": (qwen3, None),
         "muse-glimmer-q4_0": (write_tiny_model(root / "muse.gguf", "muse-glimmer", dtype="q4_0", seed=8), None),
         "qwen35-f32": (write_tiny_qwen35(root / "qwen35.gguf"), None),

@@ -72,7 +72,7 @@ def _scalar(reader: GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
     return value
 
 
-def _rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[str, float, Yarn]:
+def read_rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[str, float, Yarn]:
     """(type, freq_scale, YaRN arguments) as llama_context derives them, in f32."""
     f = np.float32
     scaling = _get(reader, f"{arch}.rope.scaling.type", "linear")
@@ -129,7 +129,7 @@ def read_hparams(reader: GGUFReader) -> HParams:
     n_rot = _scalar(reader, f"{arch}.rope.dimension_count", head_dim_k)
 
     freq_base = _scalar(reader, f"{arch}.rope.freq_base", 10000.0)
-    scaling, freq_scale, yarn = _rope_scaling(reader, arch, _scalar(reader, f"{arch}.context_length", 2048))
+    scaling, freq_scale, yarn = read_rope_scaling(reader, arch, _scalar(reader, f"{arch}.context_length", 2048))
     is_swa, n_swa = _swa_layers(reader, arch, n_layer)
     # muse-glimmer's SWA layers default to the global base, gemma3's to llama.cpp's 10000
     freq_base_swa = _scalar(reader, f"{arch}.rope.freq_base_swa", freq_base if arch == "muse-glimmer" else 10000.0)

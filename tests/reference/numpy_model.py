@@ -114,18 +114,26 @@ def attention_mask(n_pos: int, n_swa: int) -> np.ndarray:
     return masked
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, kq_scale: np.float32, masked: np.ndarray) -> np.ndarray:
-    """softmax(kq_scale * q k^T) v per head, as ggml's mul_mat, soft_max_ext, mul_mat over an
-    f32 KV cache; q head h reads kv head h // (n_head / n_head_kv), as ggml's broadcasting
-    matmul does. q [T, n_head, d], k/v [T, n_head_kv, d] -> [T, n_head * d_v].
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, kq_scale: np.float32, masked: np.ndarray,
+              kv_type: str = "f32") -> np.ndarray:
+    """softmax(kq_scale * q k^T) v per head, as ggml's mul_mat, soft_max_ext, mul_mat over the
+    KV cache; q head h reads kv head h // (n_head / n_head_kv), as ggml's broadcasting
+    matmul does. q [T, n_head, d], k/v [T, n_head_kv, d] -> [T, n_head * d_v]. An f32 cache
+    by default; kv_type "f16" is llama.cpp's default cache: k and v (f16 values) meet q,
+    then the probabilities, rounded to f16, summed as ggml_vec_dot_f16.
     """
     group = q.shape[1] // k.shape[1]
     n_keys = -(-k.shape[0] // _KEY_PADDING) * _KEY_PADDING
     k, v = (np.pad(np.repeat(kv, group, axis=1), ((0, n_keys - kv.shape[0]), (0, 0), (0, 0))) for kv in (k, v))
     masked = np.pad(masked, ((0, 0), (0, n_keys - masked.shape[1])), constant_values=True)
-    scores = ggml_cpu.dot_f32(k.transpose(1, 0, 2), q.transpose(1, 0, 2))  # [head, query, key]
-    probs = ggml_cpu.soft_max(scores, kq_scale, masked)
-    out = ggml_cpu.dot_f32(v.transpose(1, 2, 0), probs)  # [head, query, d_v]
+    if kv_type == "f16":
+        scores = ggml_cpu.dot_f16(k.transpose(1, 0, 2), ggml_cpu.to_f16(q.transpose(1, 0, 2)))  # [head, query, key]
+        probs = ggml_cpu.soft_max(scores, kq_scale, masked)
+        out = ggml_cpu.dot_f16(v.transpose(1, 2, 0), ggml_cpu.to_f16(probs))  # [head, query, d_v]
+    else:
+        scores = ggml_cpu.dot_f32(k.transpose(1, 0, 2), q.transpose(1, 0, 2))
+        probs = ggml_cpu.soft_max(scores, kq_scale, masked)
+        out = ggml_cpu.dot_f32(v.transpose(1, 2, 0), probs)
     return out.transpose(1, 0, 2).reshape(q.shape[0], -1)
 
 
