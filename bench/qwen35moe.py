@@ -66,51 +66,45 @@ def verify_costs(target: ggspec.Target, prompt: list[int], repeats: int) -> dict
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def process_round(model: Path, tokens: int, threads: int, peer: bool, round_: int) -> dict[str, float]:
+def process_round(model: Path, draft_model: Path | None, tokens: int, threads: int, peer: bool,
+                  round_: int) -> dict[str, float]:
+    """draft_model: an assistant GGUF the head comes from, or None: the file's own head."""
+    head = ["--spec-type", "draft-head"] + ([] if draft_model is None else ["--draft-model", str(draft_model)])
     runs = {
-        "ggspec plain": lambda: fresh_run(model, "none", model, tokens, threads, PROMPT),
-        "ggspec draft-head (governor on)": lambda: fresh_run(model, "draft-head", model, tokens, threads, PROMPT),
+        "ggspec plain": lambda: fresh_run(model, tokens, threads, PROMPT, ["--no-spec"]),
+        "ggspec draft-head (governor on)": lambda: fresh_run(model, tokens, threads, PROMPT, head),
     }
     if peer:
         runs["llama.cpp plain"] = lambda: run_for_stats(
             completion_cmd(model, PROMPT, tokens, threads, ctx=1024), parse=completion_stats)["tokens_per_second"]
         runs["llama.cpp draft-mtp"] = lambda: run_for_stats(
-            speculative_cmd(model, PROMPT, "draft-mtp", tokens, threads, ctx=1024))["tokens_per_second"]
+            speculative_cmd(model, PROMPT, "draft-mtp", tokens, threads, ctx=1024,
+                            draft_model=draft_model))["tokens_per_second"]
     return {name: runs[name]() for name in rotated(list(runs), round_)}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--tokens", type=int, default=96)
-    p.add_argument("--rates", type=float, nargs="*", default=[0.5, 0.8])
-    p.add_argument("--window", type=int, default=3)
-    p.add_argument("-t", "--threads", type=int, default=2)
-    p.add_argument("--no-peer", action="store_true", help="skip llama.cpp's runs")
-    args = p.parse_args()
-    model = synthetic_moe()
-
-    target = ggspec.load(model, n_ctx=1024, n_threads=args.threads)
-    prompt = np.random.default_rng(0).integers(3, target.n_vocab, size=64).tolist()
-    print(f"{target}: {target._core.weight_bytes / 2**20:.0f} MiB of weights", flush=True)
+def report_verify_costs(target: ggspec.Target, prompt: list[int]) -> None:
     verify_costs(target, prompt, 1)  # warm-up: builds every graph shape once
     costs = verify_costs(target, prompt, 5)
     print("\n| rows | ms | one-row steps |\n|---|---|---|")
     for k, ms in costs.items():
         print(f"| {k} | {ms:.1f} | {ms / costs[1]:.2f} |")
 
-    rate_of = {"plain": None, **{f"rate {r}": r for r in args.rates}}  # None: no head
 
-    def run(target: ggspec.Target, config: str, n: int, seed: int) -> dict:
+def report_acceptance(target: ggspec.Target, prompt: list[int], rates: list[float], tokens: int, rounds: int,
+                      window: int) -> None:
+    """The target's draft head at synthetic acceptance (governor off) against plain decoding, paired per round."""
+    rate_of = {"plain": None, **{f"rate {r}": r for r in rates}}  # None: no head
+
+    def run(config: str, n: int, seed: int) -> dict:
         rate = rate_of[config]
-        return {**rollback_run(target, "plain" if rate is None else "snapshots", prompt, n, args.window,
-                               rate or 0.0, seed=seed), "config": config}
+        return {**rollback_run(target, "plain" if rate is None else "snapshots", prompt, n, window, rate or 0.0,
+                               seed=seed), "config": config}
 
     configs = list(rate_of)
     for config in configs:  # warm-up
-        run(target, config, 16, 2**32 - 1)
-    runs = [run(target, config, args.tokens, r) for r in range(args.rounds) for config in rotated(configs, r)]
-    del target
+        run(config, 16, 2**32 - 1)
+    runs = [run(config, tokens, r) for r in range(rounds) for config in rotated(configs, r)]
     base = {x["seed"]: x["tokens_per_second"] for x in runs if x["config"] == "plain"}
     print("\n| head at synthetic acceptance (governor off) | tok/s median (min-max) | ratio to plain | "
           "acceptance |\n|---|---|---|---|")
@@ -119,9 +113,12 @@ def main() -> None:
         print(f"| {config} | {throughput_cells(rs, base)} | "
               f"{statistics.median(x['acceptance_rate'] for x in rs):.2f} |")
 
+
+def report_processes(model: Path, draft_model: Path | None, tokens: int, threads: int, peer: bool,
+                     rounds: int) -> None:
     rates: dict[str, list[float]] = {}
-    for r in range(args.rounds):
-        for name, tps in process_round(model, args.tokens, args.threads, not args.no_peer, r).items():
+    for r in range(rounds):
+        for name, tps in process_round(model, draft_model, tokens, threads, peer, r).items():
             rates.setdefault(name, []).append(tps)
             print(f"round {r}: {name} {tps:.2f} tok/s", flush=True)
     plain = rates["ggspec plain"]
@@ -132,6 +129,29 @@ def main() -> None:
     if "llama.cpp plain" in rates:
         ratio = statistics.median(a / b for a, b in zip(plain, rates["llama.cpp plain"]))
         print(f"\n- ggspec plain / llama.cpp plain, median of rounds: {ratio:.3f} (goal >= 0.95)")
+
+
+def arguments(doc: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--tokens", type=int, default=96)
+    p.add_argument("--rates", type=float, nargs="*", default=[0.5, 0.8])
+    p.add_argument("--window", type=int, default=3)
+    p.add_argument("-t", "--threads", type=int, default=2)
+    p.add_argument("--no-peer", action="store_true", help="skip llama.cpp's runs")
+    return p.parse_args()
+
+
+def main() -> None:
+    args = arguments(__doc__)
+    model = synthetic_moe()
+    target = ggspec.load(model, n_ctx=1024, n_threads=args.threads)
+    prompt = np.random.default_rng(0).integers(3, target.n_vocab, size=64).tolist()
+    print(f"{target}: {target._core.weight_bytes / 2**20:.0f} MiB of weights", flush=True)
+    report_verify_costs(target, prompt)
+    report_acceptance(target, prompt, args.rates, args.tokens, args.rounds, args.window)
+    del target
+    report_processes(model, None, args.tokens, args.threads, not args.no_peer, args.rounds)
 
 
 if __name__ == "__main__":

@@ -53,10 +53,11 @@ def spec_flags(drafter: str, drafter_path: Path) -> list[str]:
     return ["--spec-type", drafter]
 
 
-def fresh_run(model: Path, drafter: str, drafter_path: Path, tokens: int, threads: int, prompt: str) -> float:
-    """Generated tokens/s of a fresh `ggspec generate`; prints its load and speculation setup time."""
+def fresh_run(model: Path, tokens: int, threads: int, prompt: str, flags: list[str]) -> float:
+    """Generated tokens/s of a fresh `ggspec generate` with these speculation flags; prints its
+    load and speculation setup time."""
     cmd = [sys.executable, "-m", "ggspec", "generate", "-m", str(model), "-p", prompt, "-n", str(tokens),
-           "--ignore-eos", "--temp", "0", "-t", str(threads), "--json", *spec_flags(drafter, drafter_path)]
+           "--ignore-eos", "--temp", "0", "-t", str(threads), "--json", *flags]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout
     result = json.loads(out.splitlines()[-1])
     print(f"  load {result['load_ms']:.0f} ms, speculation setup {result['stats']['setup_ms']:.0f} ms")
@@ -106,7 +107,8 @@ def main() -> None:
         order = DRAFTERS[round_ % 3:] + DRAFTERS[:round_ % 3]
         for kind in args.kinds:
             if kind == "fresh":
-                round_rates = {d: fresh_run(model_path, d, drafter_path, args.tokens, args.threads, text) for d in order}
+                round_rates = {d: fresh_run(model_path, args.tokens, args.threads, text, spec_flags(d, drafter_path))
+                               for d in order}
             else:
                 round_rates = engine_round(model, drafter_path, prompts, args.tokens, order)
             for drafter, rate in round_rates.items():

@@ -196,11 +196,15 @@ CachedGraph & GraphRunner::prepare(const GraphKey & key, const std::vector<Segme
     int64_t row0 = 0;
     for (const Segment & seg : segments) {
         const int64_t pos0 = body_.kv.seq_len(seg.seq);
-        body_.kv.advance(seg.n_rows, seg.seq);
         for (int64_t s = 0; s < std::max<int64_t>(1, sections - 1); ++s) {
-            std::iota(positions_.begin() + s * n + row0, positions_.begin() + s * n + row0 + seg.n_rows,
-                      (int32_t) pos0);
+            const auto first = positions_.begin() + s * n + row0;
+            if (body_.writes_kv) {
+                std::iota(first, first + seg.n_rows, (int32_t) pos0);
+            } else {
+                std::fill(first, first + seg.n_rows, (int32_t) pos0);
+            }
         }
+        if (body_.writes_kv) body_.kv.advance(seg.n_rows, seg.seq);
         row0 += seg.n_rows;
     }
     set_input(g.tokens, tokens);

@@ -36,6 +36,9 @@ struct ModelBody {
     // A reference path: every node dispatched as a graph of its own, so no
     // backend fuses ops or captures the graph (GGSPEC_DFLASH_FUSED=0).
     bool per_op = false;
+    // false: the rows only read kv as it is, all at position kv.seq_len(seq), and
+    // write nothing (a drafter over its target's cache).
+    bool writes_kv = true;
 };
 
 // One sequence's rows in a forward: n_rows at positions kv.seq_len(seq)..

@@ -221,9 +221,8 @@ void bind_layers(const ModelFile & f, const Hparams & hp, const LayerOptions & o
     }
 }
 
-void bind_experts(const ModelFile & f, const Hparams & hp, const std::string & p, LayerWeights & l) {
+void bind_routed_experts(const ModelFile & f, const Hparams & hp, const std::string & p, ExpertWeights & x) {
     const int64_t e = hp.n_embd, n_ff = hp.n_ff_exp, n_exp = hp.n_expert;
-    ExpertWeights & x = l.experts;
     x.router = f.tensor(p + "ffn_gate_inp.weight", {e, n_exp}, TensorRole::matrix);
     x.gate_up = f.tensor_or_null(p + "ffn_gate_up_exps.weight", {e, 2 * n_ff, n_exp}, TensorRole::matrix);
     if (!x.gate_up) {
@@ -231,6 +230,13 @@ void bind_experts(const ModelFile & f, const Hparams & hp, const std::string & p
         x.up = f.tensor(p + "ffn_up_exps.weight", {e, n_ff, n_exp}, TensorRole::matrix);
     }
     x.down = f.tensor(p + "ffn_down_exps.weight", {n_ff, e, n_exp}, TensorRole::matrix);
+    x.down_scale = f.tensor_or_null(p + "ffn_down_exps.scale", {n_exp});
+}
+
+void bind_experts(const ModelFile & f, const Hparams & hp, const std::string & p, LayerWeights & l) {
+    const int64_t e = hp.n_embd;
+    ExpertWeights & x = l.experts;
+    bind_routed_experts(f, hp, p, x);
     // llama.cpp multiplies it as a one-column matrix; its converter writes it F32
     x.shared_gate = f.tensor(p + "ffn_gate_inp_shexp.weight", {e}, TensorRole::matrix);
     l.ffn_gate = f.tensor(p + "ffn_gate_shexp.weight", {e, hp.n_ff_shexp});

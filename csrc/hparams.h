@@ -98,10 +98,10 @@ struct Hparams {
 };
 
 // The routed experts of a mixture-of-experts FFN, as llama.cpp's build_moe_ffn
-// runs them for qwen35moe: a softmax router picks n_expert_used experts per row,
-// their weights renormalized to sum to 1. The layer's dense ffn_gate/up/down
-// hold the shared expert (ffn_*_shexp), which every row runs, scaled by
-// sigmoid(shared_gate x).
+// runs them: a softmax router picks n_expert_used experts per row, their weights
+// renormalized to sum to 1. In qwen35moe the layer's dense ffn_gate/up/down hold
+// the shared expert (ffn_*_shexp), which every row runs, scaled by
+// sigmoid(shared_gate x); in gemma4 they are a GELU MLP beside the experts.
 struct ExpertWeights {
     ggml_tensor * router = nullptr;       // ffn_gate_inp [n_embd, n_expert]
     ggml_tensor * gate = nullptr;         // ffn_gate_exps [n_embd, n_ff_exp, n_expert]
@@ -109,6 +109,8 @@ struct ExpertWeights {
     ggml_tensor * gate_up = nullptr;      // ffn_gate_up_exps [n_embd, 2 n_ff_exp, n_expert]: gate and up fused
     ggml_tensor * down = nullptr;         // ffn_down_exps [n_ff_exp, n_embd, n_expert]
     ggml_tensor * shared_gate = nullptr;  // ffn_gate_inp_shexp [n_embd]
+    ggml_tensor * down_scale = nullptr;   // ffn_down_exps.scale [n_expert]: each expert's output scale, or none
+    ggml_tensor * router_scale = nullptr; // ffn_gate_inp.scale [n_embd] (gemma4: the router reads its own norm of x)
 };
 
 struct LayerWeights {
@@ -146,6 +148,12 @@ struct LayerWeights {
     ggml_tensor * ssm_out = nullptr;
 
     ExpertWeights experts;  // unset (router null) for a dense FFN
+
+    // gemma4's mixture-of-experts layers: the experts' input norm, and the post
+    // norms of the dense MLP's output and of the experts'
+    ggml_tensor * ffn_pre_norm_2 = nullptr;
+    ggml_tensor * ffn_post_norm_1 = nullptr;
+    ggml_tensor * ffn_post_norm_2 = nullptr;
 
     // gemma4: the per-layer embedding's gate [n_embd -> n_embd_per_layer], its projection
     // back and that projection's norm; the scalar the layer's output is multiplied by.
@@ -190,7 +198,9 @@ float finite_float(const ModelFile & file, const std::string & key, double fallb
 // the first layer's values are kept, and the loader reads the rest (gemma4).
 Hparams read_common_hparams(const ModelFile & file, const std::string & arch, bool moe = false, bool per_layer = false);
 
-// Binds block p's routed experts and, into its dense FFN weights, its shared expert.
+// Binds block p's routed experts (with ffn_down_exps.scale when the file has it).
+void bind_routed_experts(const ModelFile & file, const Hparams & hp, const std::string & p, ExpertWeights & x);
+// Those, and into the block's dense FFN weights its shared expert (qwen35moe).
 void bind_experts(const ModelFile & file, const Hparams & hp, const std::string & p, LayerWeights & l);
 
 // token_embd / output_norm / output (tied to token_embd when absent).

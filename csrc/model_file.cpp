@@ -184,6 +184,10 @@ std::vector<int64_t> ModelFile::get_int_array(const std::string & key) const {
 
 ggml_tensor * ModelFile::find_tensor(const std::string & name) const { return ggml_get_tensor(meta_, name.c_str()); }
 
+void ModelFile::ignore_tensor(const std::string & name) const {
+    if (find_tensor(name)) used_.push_back(name);
+}
+
 std::vector<std::string> ModelFile::tensor_names() const {
     std::vector<std::string> names;
     for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) names.push_back(t->name);

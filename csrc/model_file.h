@@ -47,6 +47,9 @@ public:
     ggml_tensor * tensor_or_null(const std::string & name, std::vector<int64_t> ne,
                                  TensorRole role = TensorRole::inferred) const;
     ggml_tensor * find_tensor(const std::string & name) const;  // any shape, or null; not a use
+    // A tensor the format carries and llama.cpp loads without ever reading it (any
+    // shape, when present): counted as used, so check_all_used lets it pass.
+    void ignore_tensor(const std::string & name) const;
     std::vector<std::string> tensor_names() const;
     // After loading: every tensor of the file was used, or the file holds a piece
     // ggspec would silently skip (computing something other than llama.cpp does).

@@ -118,7 +118,7 @@ void Target::make_cache(int64_t n_seqs) {
     if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_, n_seqs);
     runner_ = std::make_unique<GraphRunner>(backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk},
                                             row_kernels_, opt_.graph_budget_bytes);
-    if (head_) head_->set_n_seqs(n_seqs);
+    if (head_) head_->set_n_seqs(n_seqs, kv_.get());
     if (drafter_) drafter_->set_n_seqs(n_seqs);
 }
 
@@ -136,12 +136,12 @@ void Target::set_n_seqs(int64_t n) {
 
 DrafterOptions Target::drafter_options() const {
     return DrafterOptions{opt_.n_ctx, std::max(opt_.prefill_chunk, opt_.max_verify_rows), n_seqs(),
-                          kv_type_from_name(opt_.kv_type), row_kernels_, opt_.graph_budget_bytes};
+                          kv_type_from_name(opt_.kv_type), row_kernels_, opt_.graph_budget_bytes, kv_.get()};
 }
 
 void Target::attach_draft_head(const std::string & path) {
     // built before the head it replaces goes: a file that fails leaves the target as it was
-    auto head = std::make_unique<DraftHead>(dev_, backend_.get(), eagle3_head_model(path, hp_, w_, dev_),
+    auto head = std::make_unique<DraftHead>(dev_, backend_.get(), attached_head_model(path, hp_, w_, dev_),
                                             drafter_options());
     head_ = std::move(head);
 }

@@ -185,7 +185,7 @@ def test_a_d2t_without_its_own_head_is_refused(tiny_model, tmp_path):
                             drop=("output.weight",))
     with pytest.raises(ModelFormatError, match="has 'd2t' but no head of its own"):
         target.attach_draft_head(bad)
-    with pytest.raises(ModelFormatError, match="is not an EAGLE-3 drafter"):
+    with pytest.raises(ModelFormatError, match="is not a draft head ggspec attaches"):
         target.attach_draft_head(tiny_model("llama", "f32"))
 
 

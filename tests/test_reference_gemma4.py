@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from bench.peer.peer import peer_logits
-from tests.fixtures.tiny_gemma4 import write_tiny_gemma4, write_tiny_gemma4_assistant
+from tests.fixtures.tiny_gemma4 import MOE, write_tiny_gemma4, write_tiny_gemma4_assistant
 from tests.reference.numpy_gemma4 import Gemma4AssistantReference, Gemma4Reference
 from tests.test_bad_input import copy_gguf
 
@@ -36,6 +36,13 @@ VARIANTS = dict(n_rot_swa=16, layer_output_scale=False, double_wide_mlp=False, t
     ("q8_0", dict(k_eq_v=True), LONG, False),
     # llama.cpp's batched K-quant kernels are not batch-invariant: compare its token-at-a-time decode
     ("q4_k", {}, TOKENS[:12], True),
+    # the 26B-A4B's shape: GELU experts beside each layer's MLP
+    ("f32", MOE, TOKENS, False),
+    ("f32", MOE | dict(down_scale=True), TOKENS, False),
+    ("f32", MOE, LONG, False),
+    ("f16", dict(n_expert=16, n_expert_used=2, fused_gate_up=True), TOKENS, False),
+    ("q8_0", MOE, TOKENS, False),
+    ("q4_k", MOE, TOKENS[:12], True),
 ])
 def test_trunk_logits_match_llama_cpp(tmp_path, dtype, options, tokens, one_by_one):
     path = write_tiny_gemma4(tmp_path / "tiny.gguf", dtype=dtype, **options)
@@ -91,12 +98,46 @@ def test_trunk_is_causal(tmp_path, kv_type):
 
 def test_refuses_tensors_it_does_not_compute(tmp_path):
     path = write_tiny_gemma4(tmp_path / "tiny.gguf")
-    moe = copy_gguf(path, tmp_path / "moe.gguf", tensors={"blk.0.ffn_gate_inp.weight": np.ones((8, 64), np.float32)})
-    with pytest.raises(NotImplementedError, match="ffn_gate_inp"):
-        Gemma4Reference(moe)
+    # layer 0: 4 query heads of 32, 2 KV heads of 32 each for k and v
+    fused = copy_gguf(path, tmp_path / "fused.gguf", tensors={"blk.0.attn_qkv.weight": np.ones((256, 64), np.float32)})
+    with pytest.raises(NotImplementedError, match="attn_qkv"):
+        Gemma4Reference(fused)
     lacking = copy_gguf(path, tmp_path / "lacking.gguf", drop=("blk.1.attn_k_norm.weight",))
     with pytest.raises(ValueError, match="attn_k_norm"):
         Gemma4Reference(lacking)
+    # a router makes a layer a MoE one, which needs its experts and norms
+    router = copy_gguf(path, tmp_path / "router.gguf",
+                       tensors={"blk.0.ffn_gate_inp.weight": np.ones((8, 64), np.float32)})
+    with pytest.raises(ValueError, match="ffn_down_exps"):
+        Gemma4Reference(router)
+
+
+def test_moe_layers(tmp_path):
+    path = write_tiny_gemma4(tmp_path / "moe.gguf", **MOE)
+    ref = Gemma4Reference(path)
+    hp = ref.hparams
+    assert (hp.n_expert, hp.n_expert_used, hp.n_ff_exp) == (8, 3, (32,) * 6)
+    logits, hidden = ref.forward(TOKENS[:5])
+    assert logits.shape == (5, 320) and np.isfinite(logits).all()
+    # the experts move the layer's output: a dense file with the same other weights differs
+    dense = copy_gguf(path, tmp_path / "dense.gguf",
+                      drop=tuple(f"blk.{il}.{name}" for il in range(6) for name in (
+                          "ffn_gate_inp.weight", "ffn_gate_inp.scale", "ffn_gate_exps.weight", "ffn_up_exps.weight",
+                          "ffn_down_exps.weight", "pre_ffw_norm_2.weight", "post_ffw_norm_1.weight",
+                          "post_ffw_norm_2.weight")))
+    _, dense_hidden = Gemma4Reference(dense).forward(TOKENS[:5])
+    np.testing.assert_array_equal(dense_hidden[0], hidden[0])
+    assert np.abs(dense_hidden[1] - hidden[1]).max() > 1e-2
+    # per-expert gate or up scales are loaded by llama.cpp but not computed here
+    scaled = copy_gguf(path, tmp_path / "scaled.gguf", tensors={"blk.2.ffn_up_exps.scale": np.ones(8, np.float32)})
+    with pytest.raises(NotImplementedError, match="ffn_up_exps.scale"):
+        Gemma4Reference(scaled)
+    lacking = copy_gguf(path, tmp_path / "lacking.gguf", drop=("blk.3.post_ffw_norm_2.weight",))
+    with pytest.raises(ValueError, match="post_ffw_norm_2"):
+        Gemma4Reference(lacking)
+    wrong = write_tiny_gemma4(tmp_path / "wrong.gguf", **MOE, metadata={"gemma4.expert_feed_forward_length": 16})
+    with pytest.raises(ValueError, match="expert_feed_forward_length 16"):
+        Gemma4Reference(wrong)
 
 
 @pytest.fixture

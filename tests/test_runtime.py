@@ -192,21 +192,27 @@ def test_rejection_mode_samples_follow_the_target_distribution(tiny_model):
     assert abs(accepted / trials - expected_acceptance) < 0.04
 
 
-@pytest.mark.parametrize("kind", ["draft-head", "eagle3", "block", "dspark", "dspark-bonus-anchor"])
+@pytest.mark.parametrize("kind", ["draft-head", "eagle3", "gemma4-assistant", "block", "dspark",
+                                  "dspark-bonus-anchor"])
 def test_rejection_mode_with_a_learned_drafters_q(tiny_model, tmp_path, kind):
-    """A NextN head, an EAGLE-3 head, a DFlash block and a DSpark block draw their drafts
-    from q (the request's chain over their rows) and report it: the emitted token follows
-    the target's row (chi-square), and drafts land at the rate sum(min(p, q)) for the q
-    they report."""
+    """A NextN head, an EAGLE-3 head, a Gemma 4 assistant, a DFlash block and a DSpark
+    block draw their drafts from q (the request's chain over their rows) and report it:
+    the emitted token follows the target's row (chi-square), and drafts land at the rate
+    sum(min(p, q)) for the q they report."""
     from ggspec.speculators.block import BlockDraftSpeculator
     from tests.fixtures.tiny_dflash import write_tiny_dflash
 
-    if kind in ("draft-head", "eagle3"):
-        target = ggspec.load(tiny_model("qwen35" if kind == "draft-head" else "llama", "f32"), n_ctx=64, n_threads=2)
+    if kind in ("draft-head", "eagle3", "gemma4-assistant"):
+        arch = {"draft-head": "qwen35", "eagle3": "llama", "gemma4-assistant": "gemma4"}[kind]
+        target = ggspec.load(tiny_model(arch, "f32"), n_ctx=64, n_threads=2)
         if kind == "eagle3":
             from tests.fixtures.tiny_eagle3 import write_tiny_eagle3_for
 
             target.attach_draft_head(write_tiny_eagle3_for(target, tmp_path / "eagle3.gguf"))
+        elif kind == "gemma4-assistant":
+            from tests.fixtures.tiny_gemma4 import write_tiny_gemma4_assistant
+
+            target.attach_draft_head(write_tiny_gemma4_assistant(tmp_path / "assistant.gguf"))
         speculator = DraftHeadSpeculator(target.draft_head, max_draft_tokens=1, min_draft_prob=0.0)
     else:
         target = ggspec.load(tiny_model("qwen3", "f32"), n_ctx=64, n_threads=2)

@@ -37,15 +37,12 @@ ggml_tensor * build_eagle3(ForwardGraph & g, const Eagle3Weights & e, bool featu
 
 }  // namespace
 
-HeadModel eagle3_head_model(const std::string & path, const Hparams & trunk, const ModelWeights & trunk_w,
+HeadModel eagle3_head_model(std::unique_ptr<ModelFile> file, const Hparams & trunk, const ModelWeights & trunk_w,
                             ggml_backend_dev_t dev) {
     HeadModel m;
-    m.file = std::make_unique<ModelFile>(path);
+    m.file = std::move(file);
     const ModelFile & f = *m.file;
-    const std::string arch = f.has_key("general.architecture") ? f.get_str("general.architecture") : "";
-    if (arch != "eagle3") {
-        throw ModelFormatError("'" + path + "' is not an EAGLE-3 drafter (general.architecture '" + arch + "')");
-    }
+    const std::string & path = f.path();
     Hparams & hp = m.hp;
     hp = read_common_hparams(f, "eagle3");
     hp.rope_type = GGML_ROPE_TYPE_NORMAL;

@@ -9,13 +9,14 @@
 //     KV layer of its kind;
 //   - per-layer token embeddings: each layer adds proj(gelu(inp_gate x) * its own
 //     slice of [per_layer_token_embd(token); per_layer_model_proj(embedding)]);
-//   - each layer's output times layer_output_scale, and soft-capped logits.
-// Mixture-of-experts files (26B-A4B) are refused (read_common_hparams: no experts).
+//   - each layer's output times layer_output_scale, and soft-capped logits;
+//   - in the mixture-of-experts size (26B-A4B), GELU experts beside each layer's MLP.
 #include <algorithm>
 #include <cmath>
 
 #include "errors.h"
 #include "model_file.h"
+#include "models/gemma4.h"
 #include "models/layers.h"
 
 namespace ggspec {
@@ -27,7 +28,7 @@ void read_attention_shapes(const ModelFile & f, Hparams & hp) {
     require_keys(f, {hp.key("attention.key_length_swa"), hp.key("attention.value_length_swa")});
     hp.head_dim_swa = f.get_int(hp.key("attention.key_length_swa"));
     if (hp.head_dim_swa <= 0 || f.get_int(hp.key("attention.value_length_swa")) != hp.head_dim_swa) {
-        throw ModelFormatError("'" + f.path() + "': gemma4 needs attention.key_length_swa == value_length_swa > 0");
+        throw ModelFormatError("'" + f.path() + "': " + hp.arch + " needs attention.key_length_swa == value_length_swa > 0");
     }
     const std::vector<int64_t> kv_heads = layer_ints(f, hp.key("attention.head_count_kv"), hp.n_layer);
     for (bool swa : {true, false}) {
@@ -116,32 +117,31 @@ void bind_gemma4_layers(const ModelFile & f, const Hparams & hp, ModelWeights & 
         l.ffn_down = f.tensor(p + "ffn_down.weight", {n_ff[il], e});
         l.ffn_post_norm = f.tensor(p + "post_ffw_norm.weight", {e});
         l.out_scale = f.tensor_or_null(p + "layer_output_scale.weight", {1});
+        if (hp.n_expert > 0 && f.find_tensor(p + "ffn_gate_inp.weight")) {  // llama.cpp: a layer has experts or not
+            bind_routed_experts(f, hp, p, l.experts);
+            l.experts.router_scale = f.tensor(p + "ffn_gate_inp.scale", {e});
+            l.ffn_pre_norm_2 = f.tensor(p + "pre_ffw_norm_2.weight", {e});
+            l.ffn_post_norm_1 = f.tensor(p + "post_ffw_norm_1.weight", {e});
+            l.ffn_post_norm_2 = f.tensor(p + "post_ffw_norm_2.weight", {e});
+        }
     }
 }
 
 void load_gemma4(const ModelFile & f, Hparams & hp, ModelWeights & w) {
-    hp = read_common_hparams(f, "gemma4", /*moe=*/false, /*per_layer=*/true);
-    hp.rope_type = GGML_ROPE_TYPE_NEOX;
-    hp.embd_scale = std::sqrt((float) hp.n_embd);
-    hp.kq_scale = 1.0f;  // q and k are RMS-normed: llama.cpp's f_attention_scale 1
-    require_keys(f, {hp.key("attention.sliding_window_pattern"), hp.key("attention.layer_norm_rms_epsilon"),
-                     hp.key("embedding_length_per_layer_input")});
-    if (!f.is_array(hp.key("attention.sliding_window_pattern"))) {
-        throw ModelFormatError("'" + hp.key("attention.sliding_window_pattern") + "' in '" + f.path() +
-                               "' must be a per-layer array (llama.cpp reads it as one)");
-    }
-    read_swa_layers(f, hp, 0, /*window_required=*/true, 10000.0f);
-    read_attention_shapes(f, hp);
+    const bool moe = f.get_int("gemma4.expert_count", 0) > 0;  // the 26B-A4B
+    hp = read_common_hparams(f, "gemma4", moe, /*per_layer=*/true);
+    read_gemma4_attention(f, hp);
     read_shared_kv_layers(f, hp);
+    hp.embd_scale = std::sqrt((float) hp.n_embd);
     hp.final_softcap = finite_float(f, hp.key("final_logit_softcapping"), 30.0, 0.0, true);  // llama.cpp's default; 0: none
+    require_keys(f, {hp.key("embedding_length_per_layer_input")});
     hp.n_embd_per_layer = f.get_int(hp.key("embedding_length_per_layer_input"));
     if (hp.n_embd_per_layer < 0) throw ModelFormatError("'" + f.path() + "': negative embedding_length_per_layer_input");
 
     bind_embeddings(f, hp, w);
     bind_gemma4_layers(f, hp, w);
     if (hp.n_embd_per_layer > 0) bind_per_layer_embeddings(f, hp, w);
-    const bool any_global = std::find(hp.is_swa.begin(), hp.is_swa.end(), false) != hp.is_swa.end();
-    if (any_global) w.rope_freqs = f.tensor("rope_freqs.weight", {hp.head_dim / 2});
+    bind_proportional_rope(f, hp, w);
 }
 
 // Every layer's per-layer input [n_embd_per_layer, n_rows, n_layer], from the
@@ -158,13 +158,15 @@ ggml_tensor * per_layer_inputs(ForwardGraph & g, ggml_tensor * x) {
     return ggml_cont(ctx, ggml_permute(ctx, in, 0, 2, 1, 3));
 }
 
+// q, then attention over the layer's own new K and V, or over the cache it reads
+// (a shared-KV layer's, the assistant's: no attn_k of its own).
 ggml_tensor * gemma4_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
     const Hparams & hp = g.hp;
     const LayerWeights & l = g.w.layers[il];
     const int64_t hd = hp.head_dim_of(il), n = g.n_rows;
     ggml_tensor * q = rope(g, il, rms_norm(g, ggml_reshape_3d(ctx, g.matmul(l.wq, x), hd, hp.n_head, n), l.q_norm));
-    if (hp.cache_layer(il) != il) return g.matmul(l.wo, attend_cached(g, il, q));
+    if (hp.cache_layer(il) != il || !l.wk) return g.matmul(l.wo, attend_cached(g, il, q));
     ggml_tensor * k_proj = g.matmul(l.wk, x);
     ggml_tensor * v_proj = l.wv ? g.matmul(l.wv, x) : k_proj;
     ggml_tensor * k = rope(g, il, rms_norm(g, ggml_reshape_3d(ctx, k_proj, hd, hp.n_head_kv_of(il), n), l.k_norm));
@@ -172,28 +174,64 @@ ggml_tensor * gemma4_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     return g.matmul(l.wo, attend(g, il, q, k, v));
 }
 
-ggml_tensor * build_gemma4_trunk(ForwardGraph & g) {
+// A mixture-of-experts layer's experts (26B-A4B): GELU experts over their own norm
+// of x, routed by a router that reads another (x RMS-normed, over sqrt(n_embd),
+// times ffn_gate_inp.scale), as llama.cpp's gemma4 graph computes its logits.
+ggml_tensor * gemma4_experts(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
     ggml_context * ctx = g.ctx;
+    const ExpertWeights & ex = l.experts;
+    ggml_tensor * router_in = ggml_scale(ctx, ggml_rms_norm(ctx, x, g.hp.rms_eps), 1.0f / std::sqrt((float) g.hp.n_embd));
+    ggml_tensor * logits = g.matmul(ex.router, ggml_mul(ctx, router_in, ex.router_scale));
+    return routed_experts(g, ex, rms_norm(g, x, l.ffn_pre_norm_2), logits, FfnActivation::gelu);
+}
+
+ggml_tensor * build_gemma4_trunk(ForwardGraph & g) {
     ggml_tensor * x = embed_tokens(g);
     ggml_tensor * per_layer = g.hp.n_embd_per_layer > 0 ? per_layer_inputs(g, x) : nullptr;
     for (int64_t il = 0; il < g.hp.n_layer; ++il) {
-        const LayerWeights & l = g.w.layers[il];
         g.layer_inputs.push_back(x);
-        x = ggml_add(ctx, x, rms_norm(g, gemma4_attention(g, il, rms_norm(g, x, l.attn_norm)), l.attn_post_norm));
-        ggml_tensor * ffn = gated_ffn(g, l, rms_norm(g, x, l.ffn_norm), FfnActivation::gelu);
-        x = ggml_add(ctx, x, rms_norm(g, ffn, l.ffn_post_norm));
-        if (per_layer) {
-            ggml_tensor * own = ggml_view_2d(ctx, per_layer, per_layer->ne[0], per_layer->ne[1], per_layer->nb[1],
-                                             il * per_layer->nb[2]);
-            ggml_tensor * pe = ggml_mul(ctx, ggml_gelu(ctx, g.matmul(l.ple_gate, x)), own);
-            x = ggml_add(ctx, x, rms_norm(g, g.matmul(l.ple_proj, pe), l.ple_post_norm));
-        }
-        if (l.out_scale) x = ggml_mul(ctx, x, l.out_scale);
+        x = gemma4_layer(g, il, x, per_layer);
     }
     return rms_norm(g, x, g.w.output_norm);
 }
 
 }  // namespace
+
+void read_gemma4_attention(const ModelFile & f, Hparams & hp) {
+    hp.rope_type = GGML_ROPE_TYPE_NEOX;
+    hp.kq_scale = 1.0f;  // q and k are RMS-normed: llama.cpp's f_attention_scale 1
+    require_keys(f, {hp.key("attention.sliding_window_pattern"), hp.key("attention.layer_norm_rms_epsilon")});
+    if (!f.is_array(hp.key("attention.sliding_window_pattern"))) {
+        throw ModelFormatError("'" + hp.key("attention.sliding_window_pattern") + "' in '" + f.path() +
+                               "' must be a per-layer array (llama.cpp reads it as one)");
+    }
+    read_swa_layers(f, hp, 0, /*window_required=*/true, 10000.0f);
+    read_attention_shapes(f, hp);
+}
+
+ggml_tensor * gemma4_layer(ForwardGraph & g, int64_t il, ggml_tensor * x, ggml_tensor * per_layer) {
+    ggml_context * ctx = g.ctx;
+    const LayerWeights & l = g.w.layers[il];
+    x = ggml_add(ctx, x, rms_norm(g, gemma4_attention(g, il, rms_norm(g, x, l.attn_norm)), l.attn_post_norm));
+    ggml_tensor * ffn = gated_ffn(g, l, rms_norm(g, x, l.ffn_norm), FfnActivation::gelu);
+    if (l.experts.router) {  // the MLP beside the experts, each with its post norm
+        ffn = ggml_add(ctx, rms_norm(g, ffn, l.ffn_post_norm_1), rms_norm(g, gemma4_experts(g, l, x), l.ffn_post_norm_2));
+    }
+    x = ggml_add(ctx, x, rms_norm(g, ffn, l.ffn_post_norm));
+    if (per_layer) {
+        ggml_tensor * own = ggml_view_2d(ctx, per_layer, per_layer->ne[0], per_layer->ne[1], per_layer->nb[1],
+                                         il * per_layer->nb[2]);
+        ggml_tensor * pe = ggml_mul(ctx, ggml_gelu(ctx, g.matmul(l.ple_gate, x)), own);
+        x = ggml_add(ctx, x, rms_norm(g, g.matmul(l.ple_proj, pe), l.ple_post_norm));
+    }
+    return l.out_scale ? ggml_mul(ctx, x, l.out_scale) : x;
+}
+
+void bind_proportional_rope(const ModelFile & f, const Hparams & hp, ModelWeights & w) {
+    if (std::find(hp.is_swa.begin(), hp.is_swa.end(), false) != hp.is_swa.end()) {
+        w.rope_freqs = f.tensor("rope_freqs.weight", {hp.head_dim / 2});
+    }
+}
 
 extern const Architecture kGemma4 = {"gemma4", load_gemma4, build_gemma4_trunk};
 

@@ -55,17 +55,17 @@ std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, g
 
 namespace {
 
-// Views of the first n_kv slots of layer il's cache (k_cache and v_cache: its
-// tensors, or the nodes that wrote them in this graph, which orders every read
-// after the writes), shaped for attention: K [hd, n_kv, n_head_kv] and
+// Views of the first n_kv slots of the cache of layer `cache` (its tensors, or
+// the nodes that wrote them in this graph, which orders every read after the
+// writes), shaped for layer il's attention: K [hd, n_kv, n_head_kv] and
 // V^T [n_kv, hd, n_head_kv].
-std::pair<ggml_tensor *, ggml_tensor *> kv_views(ForwardGraph & g, int64_t il, ggml_tensor * k_cache,
+std::pair<ggml_tensor *, ggml_tensor *> kv_views(ForwardGraph & g, int64_t il, int64_t cache, ggml_tensor * k_cache,
                                                  ggml_tensor * v_cache) {
     ggml_context * ctx = g.ctx;
     const AttentionInputs & in = g.attention_inputs(il);
     const int64_t hd = g.hp.head_dim_of(il), n_head_kv = g.hp.n_head_kv_of(il);
-    ggml_tensor * kc = g.kv.k(il);
-    ggml_tensor * vc = g.kv.v(il);
+    ggml_tensor * kc = g.kv.k(cache);
+    ggml_tensor * vc = g.kv.v(cache);
     ggml_tensor * kview = ggml_view_3d(ctx, k_cache, hd, n_head_kv, in.n_kv, ggml_row_size(kc->type, hd), kc->nb[1], 0);
     ggml_tensor * vview = ggml_view_3d(ctx, v_cache, in.n_kv, hd, n_head_kv, vc->nb[1], vc->nb[1] * hd, 0);
     return {ggml_permute(ctx, kview, 0, 2, 1, 3), vview};
@@ -94,15 +94,15 @@ ggml_tensor * attend(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_tensor 
     auto [k_written, v_written] = write_kv(g, il, k, v);
     g.written_kv.resize((size_t) g.hp.n_layer);
     g.written_kv[(size_t) il] = {k_written, v_written};
-    auto [kcache, vcache] = kv_views(g, il, k_written, v_written);
+    auto [kcache, vcache] = kv_views(g, il, il, k_written, v_written);
     return attend_views(g, il, q, kcache, vcache);
 }
 
 ggml_tensor * attend_cached(ForwardGraph & g, int64_t il, ggml_tensor * q) {
-    const size_t src = (size_t) g.hp.cache_layer(il);
-    const bool written = src < g.written_kv.size() && g.written_kv[src].first;
-    auto [kcache, vcache] = kv_views(g, il, written ? g.written_kv[src].first : g.kv.k(il),
-                                     written ? g.written_kv[src].second : g.kv.v(il));
+    const int64_t src = g.hp.cache_layer(il);
+    const bool written = src < (int64_t) g.written_kv.size() && g.written_kv[(size_t) src].first;
+    auto [kcache, vcache] = kv_views(g, il, src, written ? g.written_kv[(size_t) src].first : g.kv.k(src),
+                                     written ? g.written_kv[(size_t) src].second : g.kv.v(src));
     return attend_views(g, il, q, kcache, vcache);
 }
 
@@ -154,11 +154,11 @@ ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * 
     return g.matmul(l.ffn_down, h);
 }
 
-ggml_tensor * mixture_of_experts(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
+ggml_tensor * routed_experts(ForwardGraph & g, const ExpertWeights & ex, ggml_tensor * x, ggml_tensor * logits,
+                             FfnActivation act) {
     ggml_context * ctx = g.ctx;
-    const ExpertWeights & ex = l.experts;
     const int64_t n = g.n_rows, e = g.hp.n_embd, n_used = g.hp.n_expert_used;
-    ggml_tensor * probs = ggml_soft_max(ctx, g.matmul(ex.router, x));  // [n_expert, n]
+    ggml_tensor * probs = ggml_soft_max(ctx, logits);  // [n_expert, n]
     ggml_tensor * chosen = ggml_argsort_top_k(ctx, probs, (int) n_used);  // [n_used, n], best first
     ggml_tensor * weights = ggml_get_rows(ctx, ggml_reshape_3d(ctx, probs, 1, g.hp.n_expert, n), chosen);
     weights = ggml_reshape_2d(ctx, weights, n_used, n);
@@ -178,17 +178,26 @@ ggml_tensor * mixture_of_experts(ForwardGraph & g, const LayerWeights & l, ggml_
         up = ggml_mul_mat_id(ctx, ex.up, rows, chosen);  // [n_ff_exp, n_used, n]
         gate = ggml_mul_mat_id(ctx, ex.gate, rows, chosen);
     }
-    ggml_tensor * outs = ggml_mul_mat_id(ctx, ex.down, ggml_swiglu_split(ctx, gate, up), chosen);  // [e, n_used, n]
+    ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(ctx, gate, up) : ggml_geglu_split(ctx, gate, up);
+    ggml_tensor * outs = ggml_mul_mat_id(ctx, ex.down, h, chosen);  // [e, n_used, n]
+    if (ex.down_scale) {  // each chosen expert's scale, as llama.cpp's build_lora_mm_id picks it
+        ggml_tensor * scales = ggml_repeat_4d(ctx, ggml_reshape_3d(ctx, ex.down_scale, 1, g.hp.n_expert, 1), 1,
+                                              g.hp.n_expert, n, 1);
+        outs = ggml_mul(ctx, outs, ggml_get_rows(ctx, scales, chosen));
+    }
     outs = ggml_mul(ctx, outs, weights);
     ggml_tensor * routed = ggml_view_2d(ctx, outs, e, n, outs->nb[2], 0);
     for (int64_t i = 1; i < n_used; ++i) {
         routed = ggml_add(ctx, routed, ggml_view_2d(ctx, outs, e, n, outs->nb[2], i * outs->nb[1]));
     }
-    if (n_used == 1) routed = ggml_cont(ctx, routed);
+    return n_used == 1 ? ggml_cont(ctx, routed) : routed;
+}
 
+ggml_tensor * mixture_of_experts(ForwardGraph & g, const LayerWeights & l, ggml_tensor * x) {
+    ggml_tensor * routed = routed_experts(g, l.experts, x, g.matmul(l.experts.router, x), FfnActivation::silu);
     ggml_tensor * shared = gated_ffn(g, l, x, FfnActivation::silu);
-    shared = ggml_mul(ctx, shared, ggml_sigmoid(ctx, g.matmul(ex.shared_gate, x)));  // [e, n] x [1, n]
-    return ggml_add(ctx, routed, shared);
+    shared = ggml_mul(g.ctx, shared, ggml_sigmoid(g.ctx, g.matmul(l.experts.shared_gate, x)));  // [e, n] x [1, n]
+    return ggml_add(g.ctx, routed, shared);
 }
 
 }  // namespace ggspec

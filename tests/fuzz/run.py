@@ -41,16 +41,18 @@ class Base:
 
 def write_bases(root: Path) -> list[Base]:
     """The project's tiny files: the fixture writers' llama (one with YaRN), qwen2, qwen3, phi3 (with
-    LongRoPE factors and partial rotary), gemma3, gemma4 (shared KV, per-layer embeddings, V = K), muse-glimmer,
-    qwen35, qwen35moe, DFlash, DSpark and EAGLE-3 files."""
+    LongRoPE factors and partial rotary), gemma3, gemma4 (shared KV, per-layer embeddings, V = K, experts), muse-glimmer,
+    qwen35, qwen35moe, DFlash, DSpark, EAGLE-3 and Gemma 4 assistant files."""
     from tests.fixtures.tiny_dflash import DFLASH2, write_tiny_dflash
     from tests.fixtures.tiny_eagle3 import write_tiny_eagle3
-    from tests.fixtures.tiny_gemma4 import write_tiny_gemma4
+    from tests.fixtures.tiny_gemma4 import MOE as GEMMA4_MOE
+    from tests.fixtures.tiny_gemma4 import write_tiny_gemma4, write_tiny_gemma4_assistant
     from tests.fixtures.tiny_models import write_tiny_model
     from tests.fixtures.tiny_qwen35 import write_tiny_qwen35, write_tiny_qwen35moe
 
     root.mkdir(parents=True, exist_ok=True)
     qwen3 = write_tiny_model(root / "qwen3.gguf", "qwen3", n_layer=2)
+    gemma4 = write_tiny_gemma4(root / "gemma4.gguf", dtype="q8_0", k_eq_v=True, **GEMMA4_MOE)
     files = {
         "llama-f32": (write_tiny_model(root / "llama.gguf", "llama", seed=3), None),
         "llama-q8_0": (write_tiny_model(root / "llama-q8.gguf", "llama", dtype="q8_0", seed=4), None),
@@ -61,7 +63,7 @@ def write_bases(root: Path) -> list[Base]:
                                        rope_factors=([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0] * 6),
                                        rope_original_context=256, rope_attn_factor=1.2), None),
         "gemma3-f16": (write_tiny_model(root / "gemma3.gguf", "gemma3", dtype="f16", n_layer=3), None),
-        "gemma4-q8_0": (write_tiny_gemma4(root / "gemma4.gguf", dtype="q8_0", k_eq_v=True), None),
+        "gemma4-q8_0": (gemma4, None),
         "qwen3-f32": (qwen3, None),
         "muse-glimmer-q4_0": (write_tiny_model(root / "muse.gguf", "muse-glimmer", dtype="q4_0", seed=8), None),
         "qwen35-f32": (write_tiny_qwen35(root / "qwen35.gguf"), None),
@@ -70,6 +72,7 @@ def write_bases(root: Path) -> list[Base]:
         "dflash2": (write_tiny_dflash(root / "dflash2.gguf", dflash2=dict(DFLASH2)), str(qwen3)),
         "dspark": (write_tiny_dflash(root / "dspark.gguf", dspark={}, reduced_vocab=96), str(qwen3)),
         "eagle3": (write_tiny_eagle3(root / "eagle3.gguf", reduced_vocab=96), str(qwen3)),
+        "gemma4-assistant": (write_tiny_gemma4_assistant(root / "assistant.gguf"), str(gemma4)),
     }
     bases = []
     for name, (path, target) in files.items():

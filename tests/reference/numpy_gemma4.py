@@ -1,5 +1,6 @@
-"""The first oracle for llama.cpp's `gemma4` architecture (Gemma 4 dense: E2B, E4B, 31B) and
-for `gemma4-assistant`, its separate MTP drafter: NumPy forward passes over GGUF files.
+"""The first oracle for llama.cpp's `gemma4` architecture (Gemma 4 dense: E2B, E4B, 31B; and
+the 26B-A4B's mixture-of-experts layers) and for `gemma4-assistant`, its separate MTP
+drafter: NumPy forward passes over GGUF files.
 
 It follows llama.cpp's src/models/gemma4.cpp and gemma4-assistant.cpp, the KV-cache
 sharing of src/llama-model.cpp (`reuse`, `share`) and the shared-cache draft loop of
@@ -9,7 +10,7 @@ numpy_model's and ggml_cpu's bit-exact emulations of ggml's CPU kernels. The KV 
 f32 by default, as numpy_model's; kv_type="f16" emulates llama.cpp's default f16 cache
 (non-flash attention): K and V stored as f16, and the two attention products rounding q and
 the softmax to f16, as ggml's f16 matmuls do. With it the logits are llama.cpp's bits on
-the x86 AVX2 + FMA peer (tiny f32, f16 and Q8_0 files, K-quant ones decoded a token at a
+the x86 AVX2 + FMA peer (tiny f32, f16 and Q8_0 files, dense or MoE, K-quant ones decoded a token at a
 time, as llama.cpp's batched K-quant kernels are not batch-invariant; and the assistant's
 drafts, each step's logits and h_next, from a one-off run of llama.cpp's shared-cache
 assistant context). With an f32 cache the trunk's logits sit tenths of a logit from
@@ -28,6 +29,16 @@ unscaled (scale 1 over normed q and k), so f16's rounding of q and k moves the s
              attn = attn_output(softmax(q k^T) v)  (scale 1; sliding layers: keys p1 - p0 < window)
              x = x + rmsnorm(attn) * post_attention_norm
              x = x + rmsnorm(ffn_down(gelu(ffn_gate h) * ffn_up h)) * post_ffw_norm,  h = rmsnorm(x) * ffn_norm
+             MoE layers (those with ffn_gate_inp.weight), the FFN line above becoming, with a = x
+             after attention:
+                 mlp = rmsnorm(ffn_down(gelu(ffn_gate h) * ffn_up h)) * post_ffw_norm_1,  h = rmsnorm(a) * ffn_norm
+                 router logits = ffn_gate_inp (rmsnorm(a) (no weight) * (1 / sqrt(n_embd)) * ffn_gate_inp.scale)
+                 u = rmsnorm(a) * pre_ffw_norm_2
+                 moe = rmsnorm(sum over the expert_used_count most probable e (softmax of the logits) of
+                       p_e / sum(p) * ffn_down_exps.scale[e] * ffn_down_exps_e(gelu(ffn_gate_exps_e u) *
+                       ffn_up_exps_e u)) * post_ffw_norm_2  (the scale when present; gate and up possibly
+                       halves of ffn_gate_up_exps_e u; numpy_qwen35.routed_experts: llama.cpp's build_moe_ffn)
+                 x = a + rmsnorm(mlp + moe) * post_ffw_norm
              x = x + rmsnorm(proj(gelu(inp_gate x) * inp[il])) * post_norm      (per-layer inputs)
              x = x * layer_output_scale                                          (when present)
              sliding layers: key_length_swa heads, rope.dimension_count_swa dims, base rope.freq_base_swa
@@ -59,6 +70,7 @@ from gguf import GGUFReader
 from tests.reference import ggml_cpu
 from tests.reference.hparams import read_rope_scaling
 from tests.reference.numpy_model import ReferenceModel, attention, attention_mask, rms_norm, rope
+from tests.reference.numpy_qwen35 import routed_experts
 
 ARCHS = ("gemma4", "gemma4-assistant")
 KV_TYPES = ("f32", "f16")
@@ -69,6 +81,10 @@ _KV = ("attn_k", "attn_k_norm")
 _PER_LAYER_INPUT_GLOBALS = ("per_layer_token_embd", "per_layer_model_proj", "per_layer_proj_norm")
 _PER_LAYER_INPUT = ("inp_gate", "proj", "post_norm")
 _ASSISTANT_LAYER = _TRUNK_LAYER + ("layer_output_scale",)
+# A MoE layer's (one with ffn_gate_inp.weight) besides the dense ones: the router's input scale, the norms
+# before the experts and after the MLP and the experts, the down projections.
+_MOE_LAYER = ("ffn_gate_inp.weight", "ffn_gate_inp.scale", "pre_ffw_norm_2.weight", "post_ffw_norm_1.weight",
+              "post_ffw_norm_2.weight", "ffn_down_exps.weight")
 # Loaded by llama.cpp's gemma4-assistant and never read by its graph.
 _ASSISTANT_UNUSED = ("masked_embd_centroids.weight", "masked_embd_ordering")
 
@@ -95,6 +111,9 @@ class Gemma4HParams:
     n_embd_per_layer: int  # 0: no per-layer inputs (the assistant has none)
     final_logit_softcapping: float  # 0: none (the assistant)
     n_embd_backbone: int  # the assistant: the target's width (embedding_length_out); the trunk: n_embd
+    n_expert: int  # 0: no experts
+    n_expert_used: int
+    n_ff_exp: tuple[int, ...]  # per layer, 0 where expert_feed_forward_length is absent
 
     def kv_layer(self, il: int) -> int:
         """The layer whose K/V layer il attends over (llama-model.cpp's `reuse`)."""
@@ -155,6 +174,15 @@ def read_gemma4_hparams(reader: GGUFReader) -> Gemma4HParams:
     n_embd_backbone = get("embedding_length_out", n_embd)
     if not trunk and n_embd_backbone == n_embd:
         raise ValueError("gemma4-assistant requires embedding_length_out to carry the target's width")
+    n_expert = get("expert_count", 0)
+    n_expert_used = set(per_layer(get("expert_used_count", 0)))
+    if len(n_expert_used) != 1:
+        raise NotImplementedError("a per-layer expert_used_count")
+    n_expert_used = n_expert_used.pop()
+    if not (0 < n_expert_used <= n_expert if n_expert else n_expert_used == 0):  # llama.cpp asserts it
+        raise ValueError(f"expert_used_count {n_expert_used} for expert_count {n_expert}")
+    if n_expert % 8:
+        raise NotImplementedError("an expert_count not a multiple of 8 (ggml_cpu.soft_max sums 8 at a time)")
     token_embd = next(t for t in reader.tensors if t.name == "token_embd.weight")
     return Gemma4HParams(
         arch=arch, n_vocab=int(token_embd.shape[1]), n_embd=n_embd, n_layer=n_layer, n_head=n_head,
@@ -167,7 +195,8 @@ def read_gemma4_hparams(reader: GGUFReader) -> Gemma4HParams:
         n_swa=get("attention.sliding_window"), n_layer_kv=n_layer_kv,
         n_embd_per_layer=get("embedding_length_per_layer_input") if trunk else 0,
         final_logit_softcapping=get("final_logit_softcapping", 30.0) if trunk else 0.0,
-        n_embd_backbone=n_embd_backbone)
+        n_embd_backbone=n_embd_backbone, n_expert=n_expert, n_expert_used=n_expert_used,
+        n_ff_exp=per_layer(get("expert_feed_forward_length", 0)))
 
 
 def _f32_sqrt(n: int) -> np.float32:
@@ -212,10 +241,11 @@ class _Gemma4Base(ReferenceModel):
         raise NotImplementedError
 
     def _check_gemma4_tensors(self) -> None:
-        """Refuse files with tensors this forward would ignore (MoE experts, a fused qkv, ...)
-        or without the ones llama.cpp requires."""
+        """Refuse files with tensors this forward would ignore (a fused qkv, per-expert gate or up
+        scales, ...) or without the ones llama.cpp requires."""
         required, optional = self._required_and_optional()
-        unknown = sorted(set(self.weights) - required - optional)
+        in_file = {name for name in self.weights if not name.endswith("]")}  # not the experts' name[i] views
+        unknown = sorted(in_file - required - optional)
         if unknown:
             raise NotImplementedError(f"tensors not supported by the reference: {unknown[:8]}")
         missing = sorted(required - set(self.weights))
@@ -226,6 +256,31 @@ class _Gemma4Base(ReferenceModel):
             d = w[f"blk.{il}.attn_q_norm.weight"].shape[-1]
             if d != hp.head_dim[il] or w[f"blk.{il}.attn_q.weight"].shape[0] != hp.n_head[il] * d:
                 raise ValueError(f"layer {il}: attn_q does not have {hp.n_head[il]} heads of {hp.head_dim[il]}")
+            if self._is_moe(il):
+                self._check_expert_shapes(il)
+
+    def _is_moe(self, il: int) -> bool:
+        """llama.cpp's is_moe_layer: the layer has a router."""
+        return f"blk.{il}.ffn_gate_inp.weight" in self.weights
+
+    def _moe_tensors(self, il: int) -> tuple[set[str], set[str]]:
+        """A MoE layer's required and optional tensors beyond a dense layer's."""
+        blk = f"blk.{il}."
+        fused = blk + "ffn_gate_up_exps.weight" in self.weights
+        experts = ("ffn_gate_up_exps.weight",) if fused else ("ffn_gate_exps.weight", "ffn_up_exps.weight")
+        return {blk + name for name in _MOE_LAYER + experts}, {blk + "ffn_down_exps.scale"}
+
+    def _check_expert_shapes(self, il: int) -> None:
+        hp, w, blk = self.hparams, self.weights, f"blk.{il}."
+        n_exp, n_embd, n_ff = hp.n_expert, hp.n_embd, hp.n_ff_exp[il]
+        shapes = {"ffn_gate_inp.weight": (n_exp, n_embd), "ffn_gate_inp.scale": (n_embd,),
+                  "ffn_down_exps.weight": (n_exp, n_embd, n_ff), "ffn_down_exps.scale": (n_exp,),
+                  "ffn_gate_up_exps.weight": (n_exp, 2 * n_ff, n_embd), "ffn_gate_exps.weight": (n_exp, n_ff, n_embd),
+                  "ffn_up_exps.weight": (n_exp, n_ff, n_embd)}
+        for name, shape in shapes.items():
+            if blk + name in w and w[blk + name].shape != shape:
+                raise ValueError(f"{blk}{name} is {w[blk + name].shape}, not {shape} (expert_count {n_exp}, "
+                                 f"expert_feed_forward_length {n_ff})")
 
     def _query(self, il: int, cur: np.ndarray, positions=None) -> np.ndarray:
         """q [T, n_head, d]: attn_q, per-head RMSNorm, NEOX rope (at 0..T-1, or positions)."""
@@ -243,15 +298,28 @@ class _Gemma4Base(ReferenceModel):
         return rope_at(x, positions, *args)
 
     def _after_attention(self, il: int, x: np.ndarray, heads: np.ndarray) -> np.ndarray:
-        """attn_output, post-attention norm and residual, then the GELU FFN with its post norm
-        and residual."""
+        """attn_output, post-attention norm and residual, then the GELU FFN (with the experts
+        beside it on a MoE layer) with its post norm and residual."""
         hp, w, blk = self.hparams, self.weights, f"blk.{il}."
         attn = self._matmul(heads, blk + "attn_output.weight")
         x = rms_norm(attn, w[blk + "post_attention_norm.weight"], hp.rms_eps) + x
         h = rms_norm(x, w[blk + "ffn_norm.weight"], hp.rms_eps)
         gate, up = self._matmul(h, blk + "ffn_gate.weight"), self._matmul(h, blk + "ffn_up.weight")
         ffn = self._matmul(ggml_cpu.gelu_f16_table(gate) * up, blk + "ffn_down.weight")  # ggml_geglu_split
+        if self._is_moe(il):
+            ffn = rms_norm(ffn, w[blk + "post_ffw_norm_1.weight"], hp.rms_eps) + self._experts(il, x)
         return rms_norm(ffn, w[blk + "post_ffw_norm.weight"], hp.rms_eps) + x
+
+    def _experts(self, il: int, attn_out: np.ndarray) -> np.ndarray:
+        """The MoE branch of a MoE layer, normed by post_ffw_norm_2: the router reads the
+        unweighted RMS norm of attn_out over sqrt(n_embd) times ffn_gate_inp.scale, the experts
+        attn_out normed by pre_ffw_norm_2."""
+        hp, w, blk = self.hparams, self.weights, f"blk.{il}."
+        router_in = rms_norm(attn_out, np.float32(1), hp.rms_eps) * (np.float32(1) / _f32_sqrt(hp.n_embd))
+        logits = self._matmul(router_in * w[blk + "ffn_gate_inp.scale"], blk + "ffn_gate_inp.weight")
+        cur = rms_norm(attn_out, w[blk + "pre_ffw_norm_2.weight"], hp.rms_eps)
+        moe = routed_experts(self, blk, cur, logits, hp.n_expert_used, ggml_cpu.gelu_f16_table)
+        return rms_norm(moe, w[blk + "post_ffw_norm_2.weight"], hp.rms_eps)
 
     def _output_scale(self, il: int, x: np.ndarray) -> np.ndarray:
         name = f"blk.{il}.layer_output_scale.weight"
@@ -281,6 +349,10 @@ class Gemma4Reference(_Gemma4Base):
             kv = {f"{blk}{name}.weight" for name in _KV}
             (required if il < hp.n_layer_kv else optional).update(kv)
             optional |= {f"{blk}attn_v.weight", f"{blk}layer_output_scale.weight"}
+            if self._is_moe(il):
+                moe_required, moe_optional = self._moe_tensors(il)
+                required |= moe_required
+                optional |= moe_optional
         return required, optional
 
     def forward(self, tokens: list[int]) -> tuple[np.ndarray, dict]:

@@ -136,6 +136,43 @@ def gated_delta_net(q, k, v, g, beta, state):
     return out, states
 
 
+def routed_experts(model: ReferenceModel, blk: str, cur: np.ndarray, logits: np.ndarray, n_expert_used: int,
+                   activation=ggml_cpu.silu) -> np.ndarray:
+    """llama.cpp's build_moe_ffn with softmax gating and normalized weights (norm_w, w_scale 1),
+    no biases, each row [T, n_embd] of cur its own experts, from the router's logits [T, n_expert]
+    (n_expert a multiple of 8, as ggml_cpu.soft_max sums it): p = softmax(logits); the
+    n_expert_used largest p (ggml_argsort_top_k: a descending std::sort, whose insertion sort
+    keeps ties in index order up to 16 experts); their p over their sum (ggml_sum_rows sums in
+    double, then rounds to f32; clamped to 6.103515625e-5) weight their experts'
+    down_e(activation(gate_e cur) * up_e cur), each times ffn_down_exps.scale[e] first when the
+    file has it (build_lora_mm_id), summed best first. gate_e and up_e are
+    ffn_gate_exps[e] and ffn_up_exps[e], or the halves of ffn_gate_up_exps[e].
+    activation: ggml_cpu.silu (LLM_FFN_SILU: ggml_swiglu_split) or ggml_cpu.gelu_f16_table
+    (LLM_FFN_GELU: ggml_geglu_split)."""
+    w = model.weights
+    probs = ggml_cpu.soft_max(logits, np.float32(1), np.zeros(logits.shape, bool))
+    chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :n_expert_used]
+    fused = blk + "ffn_gate_up_exps.weight" in w
+    down_scale = w.get(blk + "ffn_down_exps.scale")
+    routed = np.zeros_like(cur)
+    for t, experts in enumerate(chosen):
+        weights = probs[t, experts]
+        weights = weights / max(np.float32(weights.sum(dtype=np.float64)), np.float32(6.103515625e-5))
+        row = cur[t:t + 1]
+        for rank, e in enumerate(experts):
+            if fused:
+                gate, up = np.split(model._matmul(row, f"{blk}ffn_gate_up_exps.weight[{e}]"), 2, axis=-1)
+            else:
+                gate = model._matmul(row, f"{blk}ffn_gate_exps.weight[{e}]")
+                up = model._matmul(row, f"{blk}ffn_up_exps.weight[{e}]")
+            out = model._matmul(activation(gate) * up, f"{blk}ffn_down_exps.weight[{e}]")[0]
+            if down_scale is not None:
+                out = out * down_scale[e]
+            out = out * weights[rank]
+            routed[t] = out if rank == 0 else routed[t] + out
+    return routed
+
+
 @dataclass
 class RecurrentState:
     """One GDN layer's state between forwards: the conv window and the delta-rule state."""
@@ -215,26 +252,10 @@ class Qwen35Reference(ReferenceModel):
         return self._matmul(ggml_cpu.silu(self._matmul(cur, gate)) * self._matmul(cur, up), down)
 
     def _experts(self, blk: str, cur: np.ndarray) -> np.ndarray:
-        """The routed experts, each row's own, plus the gated shared expert (the router's
-        width must be a multiple of 8, as ggml_cpu.soft_max sums it)."""
-        w, k = self.weights, self.hparams.n_expert_used
+        """The routed experts, each row's own, plus the gated shared expert."""
+        w = self.weights
         logits = self._matmul(cur, blk + "ffn_gate_inp.weight")
-        probs = ggml_cpu.soft_max(logits, np.float32(1), np.zeros(logits.shape, bool))
-        chosen = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
-        routed = np.zeros_like(cur)
-        for t, experts in enumerate(chosen):
-            weights = probs[t, experts]
-            weights = weights / max(weights.sum(dtype=np.float32), np.float32(6.103515625e-5))
-            row = cur[t:t + 1]
-            for rank, e in enumerate(experts):
-                if blk + "ffn_gate_up_exps.weight" in w:
-                    gate_up = self._matmul(row, f"{blk}ffn_gate_up_exps.weight[{e}]")
-                    gate, up = np.split(gate_up, 2, axis=-1)
-                else:
-                    gate = self._matmul(row, f"{blk}ffn_gate_exps.weight[{e}]")
-                    up = self._matmul(row, f"{blk}ffn_up_exps.weight[{e}]")
-                out = self._matmul(ggml_cpu.silu(gate) * up, f"{blk}ffn_down_exps.weight[{e}]")[0] * weights[rank]
-                routed[t] = out if rank == 0 else routed[t] + out
+        routed = routed_experts(self, blk, cur, logits, self.hparams.n_expert_used, ggml_cpu.silu)
         shared = self._gated_ffn(cur, blk + "ffn_gate_shexp.weight", blk + "ffn_up_shexp.weight",
                                  blk + "ffn_down_shexp.weight")
         shared_gate = sigmoid(ggml_cpu.dot_f32(w[blk + "ffn_gate_inp_shexp.weight"][None], cur))

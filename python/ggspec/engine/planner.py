@@ -25,7 +25,7 @@ from ggspec.text.vocab_match import vocabulary_mismatch
 #: general.architecture values of drafter GGUFs that ggspec can attach, and the speculator
 #: each serves; a file of an architecture ggspec runs as a target
 #: (ggspec.native.target.architectures()) is a draft model ("draft").
-SUPPORTED_DRAFTERS: dict[str, str] = {"dflash": "block", "eagle3": "draft-head"}
+SUPPORTED_DRAFTERS: dict[str, str] = {"dflash": "block", "eagle3": "draft-head", "gemma4-assistant": "draft-head"}
 
 
 @dataclass
@@ -46,8 +46,8 @@ class SpeculationPlan:
 
 def check_draft_model(path: str) -> str:
     """The speculator a drafter file serves: "block" (a DFlash drafter), "draft-head" (an
-    EAGLE-3 drafter) or "draft" (a language model ggspec runs); a clear error when it is
-    none of them."""
+    EAGLE-3 drafter, a Gemma 4 assistant) or "draft" (a language model ggspec runs); a
+    clear error when it is none of them."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"draft model not found: {path}")
     stat = os.stat(path)

@@ -1,12 +1,14 @@
 """A per-token draft head: a NextN (MTP) block carried by the target's own GGUF, or an
-EAGLE-3 drafter attached from its own (Target.attach_draft_head).
+EAGLE-3 drafter or a Gemma 4 assistant attached from its own (Target.attach_draft_head).
 
 The head row for the token at position q reads that token and the trunk's rows at
-q - 1 (NextN: the final hidden row; EAGLE-3: three tapped layers' rows), or, for a
-chained draft, the head's own output row, and predicts the token at q + 1. A NextN
-head's row for token 0 reads a zero row; EAGLE-3 has no row for token 0 (it pairs
-token P + 1 with the trunk's rows at P, at position P). What the head lacks it
-borrows from the trunk in the C++ core.
+q - 1 (NextN, the Gemma 4 assistant: the final hidden row; EAGLE-3: three tapped
+layers' rows), or, for a chained draft, the head's own output row, and predicts the
+token at q + 1. A NextN head's row for token 0 reads a zero row; EAGLE-3 has no row
+for token 0 (it pairs token P + 1 with the trunk's rows at P, at position P). The
+Gemma 4 assistant keeps no KV (it attends over the trunk's cache): a catch-up costs
+it nothing, and every step of its draft sits at the position of the token the draft
+follows. What the head lacks it borrows from the trunk in the C++ core.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class SequenceView:
         return self.target.attach_draft_model(path, **options).for_sequence(self.seq)
 
     def attach_draft_head(self, path) -> DraftHead:
-        """Attaches an EAGLE-3 draft head to the whole target (see Target.attach_draft_head);
+        """Attaches a draft head (EAGLE-3, a Gemma 4 assistant) to the whole target (see Target.attach_draft_head);
         returns it on this sequence."""
         return self.target.attach_draft_head(path).for_sequence(self.seq)
 

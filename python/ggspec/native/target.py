@@ -137,17 +137,19 @@ class Target:
 
     @property
     def draft_head(self) -> DraftHead | None:
-        """The per-token draft head: an EAGLE-3 drafter attached with attach_draft_head, else
-        the MTP/NextN head the file carries, else None."""
+        """The per-token draft head: an EAGLE-3 drafter or a Gemma 4 assistant attached with
+        attach_draft_head, else the MTP/NextN head the file carries, else None."""
         if self._core.has_draft_head and self._draft_head is None:
             self._draft_head = DraftHead(self._core, self._lock, self.path)
         return self._draft_head
 
     def attach_draft_head(self, path: str | os.PathLike) -> DraftHead:
-        """Attaches an EAGLE-3 drafter GGUF (general.architecture "eagle3", llama.cpp's
-        format) as this target's draft head, in place of the file's own. Raises
+        """Attaches a drafter GGUF in llama.cpp's format as this target's draft head, in place
+        of the file's own: an EAGLE-3 drafter (general.architecture "eagle3") or a Gemma 4
+        assistant ("gemma4-assistant", which attends over a gemma4 target's cache). Raises
         ModelFormatError naming what does not fit (the target width it reads, its tapped
-        layers, the vocabulary); the target keeps the head it had."""
+        layers, the head sizes and layers whose KV it shares, the vocabulary); the target
+        keeps the head it had."""
         with self._lock:
             self._core.attach_draft_head(os.fspath(path))
             self._draft_head = DraftHead(self._core, self._lock, os.fspath(path))

@@ -1,5 +1,6 @@
 """DraftHeadSpeculator: a per-token head (an MTP / NextN head, or an attached
-EAGLE-3 drafter) drafts one token per pass, chaining its own output row.
+EAGLE-3 drafter or Gemma 4 assistant) drafts one token per pass, chaining its own
+output row.
 
 Head rows with exact inputs (a committed token and the trunk's rows before it)
 are caught up into the head's KV lazily, at the next proposal: folded, that

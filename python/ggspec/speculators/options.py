@@ -145,7 +145,7 @@ def add_spec_arguments(parser: argparse.ArgumentParser) -> None:
                         "0.5 for a draft model, 0.35 for a block drafter (GGSPEC_SPEC_PMIN)")
     g.add_argument("--spec-draft-model", "--draft-model", "--mtp-draft-model", dest="spec_draft_model",
                    metavar="PATH", help="a drafter GGUF: a smaller language model of the same vocabulary "
-                                        "(--spec-type draft), an EAGLE-3 head (draft-head) or a DFlash drafter "
+                                        "(--spec-type draft), an EAGLE-3 head or a Gemma 4 assistant (draft-head) or a DFlash drafter "
                                         "(block); the file's architecture decides (GGSPEC_SPEC_DRAFT_MODEL)")
     g.add_argument("--threads-draft", "-td", "--spec-draft-threads", dest="spec_draft_threads",
                    type=_argparse_type(_threads), metavar="N",
