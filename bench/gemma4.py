@@ -24,11 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-import ggspec
 from bench.harness import synthetic_file
-from bench.qwen35moe import arguments, report_acceptance, report_processes, report_verify_costs
+from bench.qwen35moe import arguments, run_parts
 
 SWA_LAYERS = tuple((il + 1) % 5 != 0 for il in range(15))
 TARGET_SHAPE = dict(n_vocab=32000, n_embd=1024, swa_layers=SWA_LAYERS, shared_kv_layers=5, n_head=8,
@@ -48,18 +45,5 @@ def synthetic_pair() -> tuple[Path, Path]:
                            lambda path: write_tiny_gemma4_assistant(path, dtype="q8_0", **ASSISTANT_SHAPE)))
 
 
-def main() -> None:
-    args = arguments(__doc__)
-    model, assistant = synthetic_pair()
-    target = ggspec.load(model, n_ctx=1024, n_threads=args.threads)
-    target.attach_draft_head(assistant)
-    prompt = np.random.default_rng(0).integers(3, target.n_vocab, size=64).tolist()
-    print(f"{target}: {target._core.weight_bytes / 2**20:.0f} MiB of weights", flush=True)
-    report_verify_costs(target, prompt)
-    report_acceptance(target, prompt, args.rates, args.tokens, args.rounds, args.window)
-    del target
-    report_processes(model, assistant, args.tokens, args.threads, not args.no_peer, args.rounds)
-
-
 if __name__ == "__main__":
-    main()
+    run_parts(arguments(__doc__), *synthetic_pair())

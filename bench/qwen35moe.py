@@ -142,17 +142,18 @@ def arguments(doc: str) -> argparse.Namespace:
     return p.parse_args()
 
 
-def main() -> None:
-    args = arguments(__doc__)
-    model = synthetic_moe()
+def run_parts(args: argparse.Namespace, model: Path, draft_model: Path | None = None) -> None:
+    """The three parts on model, its head the file's own or draft_model's."""
     target = ggspec.load(model, n_ctx=1024, n_threads=args.threads)
+    if draft_model is not None:
+        target.attach_draft_head(draft_model)
     prompt = np.random.default_rng(0).integers(3, target.n_vocab, size=64).tolist()
     print(f"{target}: {target._core.weight_bytes / 2**20:.0f} MiB of weights", flush=True)
     report_verify_costs(target, prompt)
     report_acceptance(target, prompt, args.rates, args.tokens, args.rounds, args.window)
     del target
-    report_processes(model, None, args.tokens, args.threads, not args.no_peer, args.rounds)
+    report_processes(model, draft_model, args.tokens, args.threads, not args.no_peer, args.rounds)
 
 
 if __name__ == "__main__":
-    main()
+    run_parts(arguments(__doc__), synthetic_moe())

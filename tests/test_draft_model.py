@@ -29,6 +29,20 @@ def run(engine, prompt, spec, sampling, n=24):
 PROMPT = [5, 9, 17, 33, 5, 9, 17, 40, 61, 7, 5, 9]
 
 
+def assert_drafting_keeps_plain_output(engine, spec, spec_type: str) -> None:
+    """Greedy and seeded, with and without a reused prefix: the drafted output is plain
+    decoding's, and the drafter drafted."""
+    for sampling in (GREEDY, SEEDED):
+        plain = run(engine, PROMPT, False, sampling)
+        drafted = run(engine, PROMPT, spec, sampling)
+        assert drafted.tokens == plain.tokens
+        assert drafted.stats["spec_type"] == spec_type and drafted.stats["draft_n"] > 0
+        turn = PROMPT + plain.tokens + [3, 4]  # the target reuses the prefix from its cache
+        again = run(engine, turn, spec, sampling)
+        assert again.tokens == run(engine, turn, False, sampling).tokens
+        assert again.stats["reused_prompt_tokens"] > 0 and again.stats["draft_n"] > 0
+
+
 # --- the invariant, on every target architecture ------------------------------------
 
 @pytest.mark.parametrize("arch", ["llama", "gemma3", "qwen35"])

@@ -14,7 +14,7 @@ from ggspec.speculators.options import SpecOptions
 from tests.fixtures.tiny_eagle3 import write_tiny_eagle3, write_tiny_eagle3_for
 from tests.reference.numpy_eagle3 import Eagle3Reference
 from tests.reference.numpy_model import ReferenceModel
-from tests.test_draft_model import GREEDY, PROMPT, SEEDED, run
+from tests.test_draft_model import GREEDY, PROMPT, assert_drafting_keeps_plain_output, run
 
 VARIANTS = {
     "plain": {},
@@ -83,15 +83,7 @@ def test_eagle3_output_is_plain_output(tiny_model, tmp_path, arch):
     eagle3 = write_tiny_eagle3_for(model.target, tmp_path / "eagle3.gguf")
     spec = SpecOptions(draft_model=eagle3, governor=False, pmin=0.0)
     with ggspec.Engine(model) as engine:
-        for sampling in (GREEDY, SEEDED):
-            plain = run(engine, PROMPT, False, sampling)
-            drafted = run(engine, PROMPT, spec, sampling)
-            assert drafted.tokens == plain.tokens
-            assert drafted.stats["spec_type"] == "draft-head" and drafted.stats["draft_n"] > 0
-            turn = PROMPT + plain.tokens + [3, 4]  # the target reuses the prefix from its cache
-            again = run(engine, turn, spec, sampling)
-            assert again.tokens == run(engine, turn, False, sampling).tokens
-            assert again.stats["reused_prompt_tokens"] > 0 and again.stats["draft_n"] > 0
+        assert_drafting_keeps_plain_output(engine, spec, "draft-head")
     assert model.target.draft_head.path == eagle3
 
 

@@ -13,7 +13,7 @@ from ggspec.speculators.draft_head import DraftHeadSpeculator
 from ggspec.speculators.options import SpecOptions
 from tests.fixtures.tiny_gemma4 import write_tiny_gemma4, write_tiny_gemma4_assistant
 from tests.reference.numpy_gemma4 import Gemma4AssistantReference, Gemma4Reference
-from tests.test_draft_model import GREEDY, PROMPT, SEEDED, run
+from tests.test_draft_model import GREEDY, PROMPT, assert_drafting_keeps_plain_output, run
 from tests.test_exactness import assert_bits_equal
 
 
@@ -68,16 +68,24 @@ def test_assistant_output_is_plain_output(tmp_path, dtype):
     model = ggspec.Model(target, n_ctx=256, n_threads=2)
     spec = SpecOptions(draft_model=assistant, governor=False, pmin=0.0)
     with ggspec.Engine(model) as engine:
-        for sampling in (GREEDY, SEEDED):
-            plain = run(engine, PROMPT, False, sampling)
-            drafted = run(engine, PROMPT, spec, sampling)
-            assert drafted.tokens == plain.tokens
-            assert drafted.stats["spec_type"] == "draft-head" and drafted.stats["draft_n"] > 0
-            turn = PROMPT + plain.tokens + [3, 4]  # the target reuses the prefix from its cache
-            again = run(engine, turn, spec, sampling)
-            assert again.tokens == run(engine, turn, False, sampling).tokens
-            assert again.stats["reused_prompt_tokens"] > 0 and again.stats["draft_n"] > 0
+        assert_drafting_keeps_plain_output(engine, spec, "draft-head")
     assert model.target.draft_head.path == assistant
+
+
+def test_cli_generates_with_the_assistant_and_the_governor_on(pair):
+    """The user's command line: --spec-draft-model, the governor on (planning measures the
+    assistant's pass over the target's cache)."""
+    import json
+
+    from tests.test_cli import ggspec as run_cli
+
+    path, assistant = pair
+    plain = run_cli("generate", "-m", path, "-p", "x y z", "-n", "12", "--temp", "0", "--no-spec", "--json")
+    drafted = run_cli("generate", "-m", path, "-p", "x y z", "-n", "12", "--temp", "0", "--spec-draft-model", assistant,
+                      "--json")
+    assert plain.returncode == 0 and drafted.returncode == 0, drafted.stderr
+    plain, drafted = json.loads(plain.stdout), json.loads(drafted.stdout)
+    assert drafted["tokens"] == plain["tokens"] and drafted["stats"]["spec_type"] == "draft-head"
 
 
 @pytest.mark.parametrize("fold_catch_up", [True, False])

@@ -101,7 +101,11 @@ def test_codepoint_sweep_matches_llama_cpp(request, tmp_path_factory, which):
 
 
 def test_vocabulary_matches_llama_cpp(model):
-    path, tok = model
+    assert_vocabulary_matches_llama_cpp(*model)
+
+
+def assert_vocabulary_matches_llama_cpp(path, tok) -> None:
+    """The specials, BOS/EOS flags, end-of-generation ids and every token's piece."""
     info = peer_vocab_info(path)
     assert tok.n_vocab == info["n_vocab"]
     assert (tok.bos_id, tok.eos_id, tok.add_bos, tok.add_eos) == (

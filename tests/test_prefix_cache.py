@@ -29,8 +29,10 @@ def arch_path(request, tiny_model):
 
 # --- the target: rows after an adopted prefix ----------------------------------
 
-def test_rows_after_an_adopted_prefix_have_a_fresh_prefills_bits(arch_path):
-    arch, path = arch_path
+# gemma4: per-kind KV widths, and shared-KV layers with no cache of their own to copy
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "gemma4", "qwen35"])
+def test_rows_after_an_adopted_prefix_have_a_fresh_prefills_bits(tiny_model, arch):
+    path = tiny_model(arch, "q8_0")
     source, fresh = (ggspec.load(path, n_ctx=N_CTX, prefill_chunk=CHUNK) for _ in range(2))
     source.set_sequences(2)
     cache = PrefixCache(source, 64 << 20)

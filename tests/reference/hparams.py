@@ -53,20 +53,20 @@ class HParams:
     logit_scale: float  # multiplies the logits before the soft-capping (muse-glimmer)
 
 
-_REQUIRED = object()
+REQUIRED = object()  # read_key's default: the key must be there
 
 
-def _get(reader: GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
+def read_key(reader: GGUFReader, key: str, default: Any = REQUIRED) -> Any:
     field = reader.get_field(key)
     if field is None:
-        if default is _REQUIRED:
+        if default is REQUIRED:
             raise KeyError(f"required key {key!r} is missing")
         return default
     return field.contents()
 
 
-def _scalar(reader: GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
-    value = _get(reader, key, default)
+def _scalar(reader: GGUFReader, key: str, default: Any = REQUIRED) -> Any:
+    value = read_key(reader, key, default)
     if isinstance(value, list):
         raise NotImplementedError(f"per-layer array for {key!r} is not supported by the reference")
     return value
@@ -75,7 +75,7 @@ def _scalar(reader: GGUFReader, key: str, default: Any = _REQUIRED) -> Any:
 def read_rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[str, float, Yarn]:
     """(type, freq_scale, YaRN arguments) as llama_context derives them, in f32."""
     f = np.float32
-    scaling = _get(reader, f"{arch}.rope.scaling.type", "linear")
+    scaling = read_key(reader, f"{arch}.rope.scaling.type", "linear")
     if scaling not in ("linear", "none", "yarn", "longrope"):
         raise NotImplementedError(f"rope scaling {scaling!r} is not supported by the reference")
     # llama.cpp falls back to the old key only when the new one is absent.
@@ -91,8 +91,8 @@ def read_rope_scaling(reader: GGUFReader, arch: str, n_ctx_train: int) -> tuple[
         inverse = f(1) / freq_scale
         attn_factor = f(1) if inverse <= 1 else f(0.1) * logf(inverse) + f(1)
         attn_factor = attn_factor * (f(1) / (f(1) + f(0.1) * logf(inverse)))
-    attn_factor = attn_factor * f(_get(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
-    n_ctx_orig = _get(reader, f"{arch}.rope.scaling.original_context_length", 0) or n_ctx_train  # 0: absent
+    attn_factor = attn_factor * f(read_key(reader, f"{arch}.rope.scaling.attn_factor", 1.0))
+    n_ctx_orig = read_key(reader, f"{arch}.rope.scaling.original_context_length", 0) or n_ctx_train  # 0: absent
     return scaling, float(freq_scale), Yarn(ext_factor, float(attn_factor), n_ctx_orig)
 
 
@@ -101,10 +101,10 @@ _SWA_PERIOD = {"gemma3": 6, "muse-glimmer": 4}
 
 
 def _swa_layers(reader: GGUFReader, arch: str, n_layer: int) -> tuple[tuple[bool, ...], int]:
-    n_swa = _get(reader, f"{arch}.attention.sliding_window", 0) if arch in _SWA_PERIOD else 0
+    n_swa = read_key(reader, f"{arch}.attention.sliding_window", 0) if arch in _SWA_PERIOD else 0
     if n_swa == 0:
         return (False,) * n_layer, 0
-    pattern = _get(reader, f"{arch}.attention.sliding_window_pattern", _SWA_PERIOD[arch])
+    pattern = read_key(reader, f"{arch}.attention.sliding_window_pattern", _SWA_PERIOD[arch])
     if isinstance(pattern, list):
         # Explicit per-layer flags; layers past the array's end are dense.
         return tuple(bool(pattern[il]) if il < len(pattern) else False for il in range(n_layer)), n_swa
@@ -118,7 +118,7 @@ def _f32_inv_sqrt(n: int) -> float:
 
 
 def read_hparams(reader: GGUFReader) -> HParams:
-    arch = _get(reader, "general.architecture")
+    arch = read_key(reader, "general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise NotImplementedError(f"architecture {arch!r} is not supported by the reference")
     n_embd = _scalar(reader, f"{arch}.embedding_length")

@@ -68,7 +68,7 @@ import numpy as np
 from gguf import GGUFReader
 
 from tests.reference import ggml_cpu
-from tests.reference.hparams import read_rope_scaling
+from tests.reference.hparams import REQUIRED, read_key, read_rope_scaling
 from tests.reference.numpy_model import ReferenceModel, attention, attention_mask, rms_norm, rope
 from tests.reference.numpy_qwen35 import routed_experts
 
@@ -128,15 +128,8 @@ def read_gemma4_hparams(reader: GGUFReader) -> Gemma4HParams:
     arch = reader.get_field("general.architecture").contents()
     if arch not in ARCHS:
         raise NotImplementedError(f"architecture {arch!r} is not gemma4 or gemma4-assistant")
-    missing = object()
-
-    def get(key: str, default=missing):
-        field = reader.get_field(f"{arch}.{key}")
-        if field is None:
-            if default is missing:
-                raise KeyError(f"required key {arch}.{key} is missing")
-            return default
-        return field.contents()
+    def get(key: str, default=REQUIRED):
+        return read_key(reader, f"{arch}.{key}", default)
 
     n_layer, n_embd = get("block_count"), get("embedding_length")
 

@@ -37,6 +37,7 @@ import numpy as np
 from gguf import GGUFReader
 
 from tests.reference import ggml_cpu
+from tests.reference.hparams import REQUIRED, read_key
 from tests.reference.numpy_model import ReferenceModel, attention, attention_mask, rms_norm, rope
 
 
@@ -64,13 +65,8 @@ class Qwen35HParams:
 def read_qwen35_hparams(reader: GGUFReader) -> Qwen35HParams:
     arch = reader.get_field("general.architecture").contents()
 
-    def get(key: str, default=None):
-        field = reader.get_field(f"{arch}.{key}")
-        if field is None:
-            if default is None:
-                raise KeyError(f"required key {arch}.{key} is missing")
-            return default
-        return field.contents()
+    def get(key: str, default=REQUIRED):
+        return read_key(reader, f"{arch}.{key}", default)
 
     n_blocks = get("block_count")
     n_nextn = get("nextn_predict_layers", 0)

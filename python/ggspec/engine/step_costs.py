@@ -102,12 +102,13 @@ def measure_step_costs(target, speculator: Speculator) -> StepCosts | None:
             rows, passes = [], []
             for n in sizes:
                 t0 = time.perf_counter()
-                out = target.spec_forward([0] * n, all_logits=n > 1, hidden_layers=taps, top_k=1)
+                target.spec_forward([0] * n, all_logits=n > 1, hidden_layers=taps, top_k=1)
                 rows.append((n, time.perf_counter() - t0))
                 empty()
-            hidden = None if out.hidden is None else out.hidden[:1]
             for w in windows:
-                # a pass: the drafter reads the committed row at 0 and drafts from the token at 1
+                # a pass: the drafter reads the committed row at 0, which the target holds (a
+                # Gemma 4 assistant attends over its cache), and drafts from the token at 1
+                hidden = target.spec_forward([0], hidden_layers=taps, top_k=1).hidden
                 speculator.commit([0], hidden, 0)
                 t0 = time.perf_counter()
                 speculator.propose(DraftContext([0, 0], 1, w, hidden), [])

@@ -37,6 +37,10 @@ class PreTokenizerSpec:
     ignore_merges: bool = False
     # llama.cpp's add_bos when the GGUF has no tokenizer.ggml.add_bos_token.
     add_bos: bool = False
+    # llama.cpp's byte_encode: map bytes to GPT-2's printable characters before BPE.
+    byte_level: bool = True
+    # llama.cpp's fix for Gemma 4: a piece of only newlines that is a token is taken whole.
+    whole_newline_runs: bool = False
 
 
 _DEFAULT = PreTokenizerSpec(DEFAULT)
@@ -45,6 +49,9 @@ _DIGITS_GPT2 = PreTokenizerSpec((r"\p{N}", GPT2))
 _LLAMA3 = PreTokenizerSpec((LLAMA3,), ignore_merges=True, add_bos=True)
 _LLAMA3_REGEX_ONLY = PreTokenizerSpec((LLAMA3,))
 _QWEN2 = PreTokenizerSpec((QWEN2,))
+# Gemma 4 runs BPE over raw UTF-8 whose spaces are already "▁"; it splits only at
+# newlines, as llama.cpp's BPE cannot merge across them.
+GEMMA4 = PreTokenizerSpec((r"[^\n]+|[\n]+",), add_bos=True, byte_level=False, whole_newline_runs=True)
 
 
 def _table() -> dict[str, PreTokenizerSpec]:
@@ -70,11 +77,12 @@ def pre_tokenizer_spec(pre: str | None) -> PreTokenizerSpec | None:
 
 
 def build_pre_tokenizer(spec: PreTokenizerSpec) -> pre_tokenizers.PreTokenizer:
-    """Regex splits in llama.cpp's order, then the GPT-2 byte-to-character mapping."""
+    """Regex splits in llama.cpp's order, then (byte-level specs) the GPT-2 byte-to-character mapping."""
     steps = [
         pre_tokenizers.Split(Regex(as_llama_cpp_classes(r)), behavior="isolated", invert=False)
         for r in spec.regexes
     ]
-    # use_regex=False: the splitting is done above; ByteLevel only maps bytes to characters.
-    steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False))
+    if spec.byte_level:
+        # use_regex=False: the splitting is done above; ByteLevel only maps bytes to characters.
+        steps.append(pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False))
     return pre_tokenizers.Sequence(steps)

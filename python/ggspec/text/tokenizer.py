@@ -74,9 +74,9 @@ class Tokenizer:
                 out.append(frag)
                 prev_special = True
                 continue
-            if v.model == "llama":
-                if prefix_space and prev_special:
-                    frag = " " + frag
+            if prefix_space and prev_special:
+                frag = " " + frag
+            if v.escape_whitespaces:
                 frag = frag.replace(" ", _SPM_SPACE)
             out += self._backend.encode(frag)
             prev_special = False

@@ -3,7 +3,9 @@
 Which defaults apply when a key is missing follows llama.cpp's
 llama_vocab::impl::load (src/llama-vocab.cpp): SentencePiece ("llama") vocabularies
 default to BOS=1, EOS=2, UNK=0, add_bos and a space prefix; byte-level BPE ("gpt2")
-ones to BOS=EOS=11, no BOS unless the pre-tokenizer type asks for it.
+ones to BOS=EOS=11, no BOS unless the pre-tokenizer type asks for it. Gemma 4
+("gemma4") is a BPE over raw UTF-8 with SentencePiece's "▁" spaces and <0xXX> byte
+tokens: no default special ids, and BOS always added.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import numpy as np
 
 from ggspec.errors import ModelFormatError
 from ggspec.text.gguf_meta import read_metadata
-from ggspec.text.pretokenizers import PreTokenizerSpec, pre_tokenizer_spec
+from ggspec.text.pretokenizers import GEMMA4, PreTokenizerSpec, pre_tokenizer_spec
 from ggspec.text.specials import SpecialTokens, resolve_special_tokens
 
-SUPPORTED_MODELS = ("llama", "gpt2")
+SUPPORTED_MODELS = ("llama", "gpt2", "gemma4")
 
 TYPE_NORMAL = 1  # gguf.TokenType.NORMAL: every token's type when the GGUF gives none
 
@@ -29,7 +31,7 @@ _K = "tokenizer.ggml."
 @dataclass
 class Vocab:
     path: str
-    model: str  # "llama" (SentencePiece) or "gpt2" (byte-level BPE)
+    model: str  # "llama" (SentencePiece), "gpt2" (byte-level BPE) or "gemma4" (BPE over "▁"-spaced UTF-8)
     pre: str
     tokens: list[str]
     token_id: dict[str, int] = field(repr=False)
@@ -43,8 +45,9 @@ class Vocab:
     add_bos: bool
     add_eos: bool
     add_space_prefix: bool
+    escape_whitespaces: bool  # spaces become "▁" before the model sees the text
     chat_template: str | None
-    pre_spec: PreTokenizerSpec | None  # byte-level BPE only
+    pre_spec: PreTokenizerSpec | None  # BPE ("gpt2", "gemma4") only
     specials: SpecialTokens = field(repr=False)
 
     @property
@@ -91,14 +94,20 @@ def vocab_from_metadata(meta: dict[str, Any], path: str) -> Vocab:
 
     merges = None
     pre_spec = None
-    if model == "gpt2":
+    if model in ("gpt2", "gemma4"):
         merges = meta.get(_K + "merges")
         if not isinstance(merges, list) or not all(isinstance(m, str) for m in merges):
-            raise fail("byte-level BPE tokenizer without tokenizer.ggml.merges")
+            raise fail("BPE tokenizer without tokenizer.ggml.merges")
+    if model == "gpt2":
         pre_spec = pre_tokenizer_spec(pre)
         if pre_spec is None:
             raise fail(f"pre-tokenizer type {pre!r} (tokenizer.ggml.pre) is not supported")
         bos, eos, unk = 11, 11, None
+        add_bos, add_space_prefix = pre_spec.add_bos, False
+    elif model == "gemma4":
+        # llama.cpp ignores the GGUF's tokenizer.ggml.pre for this model.
+        pre, pre_spec = "gemma4", GEMMA4
+        bos = eos = unk = None
         add_bos, add_space_prefix = pre_spec.add_bos, False
     else:
         _require_byte_tokens(token_id, fail)
@@ -108,6 +117,9 @@ def vocab_from_metadata(meta: dict[str, Any], path: str) -> Vocab:
     add_bos = _bool(meta, _K + "add_bos_token", add_bos, fail)
     add_eos = _bool(meta, _K + "add_eos_token", False, fail)
     add_space_prefix = _bool(meta, _K + "add_space_prefix", add_space_prefix, fail)
+    if model == "gemma4":
+        # llama.cpp forces add_bos on for Gemma 4 whatever the GGUF says (its PR #21500).
+        add_bos = True
 
     ids = {
         name: _token_id(meta, _K + key, default, n, fail)
@@ -158,6 +170,7 @@ def vocab_from_metadata(meta: dict[str, Any], path: str) -> Vocab:
         add_bos=add_bos,
         add_eos=add_eos,
         add_space_prefix=add_space_prefix,
+        escape_whitespaces=model != "gpt2",
         chat_template=template if isinstance(template, str) else None,
         pre_spec=pre_spec,
         specials=specials,
