@@ -28,12 +28,13 @@ def model(request) -> tuple[str, Tokenizer]:
     return path, Tokenizer.from_gguf(path)
 
 
-def check_corpus(path: str, tok: Tokenizer, add_special: bool, parse_special: bool) -> None:
-    theirs = peer_tokenize_many(path, CORPUS, add_special=add_special, parse_special=parse_special)
-    ours = [tok.encode(text, add_special=add_special, parse_special=parse_special) for text in CORPUS]
-    mismatches = [(text, o, t) for text, o, t in zip(CORPUS, ours, theirs) if o != t]
+def check_corpus(path: str, tok: Tokenizer, add_special: bool, parse_special: bool,
+                 texts: list[str] = CORPUS) -> None:
+    theirs = peer_tokenize_many(path, texts, add_special=add_special, parse_special=parse_special)
+    ours = [tok.encode(text, add_special=add_special, parse_special=parse_special) for text in texts]
+    mismatches = [(text, o, t) for text, o, t in zip(texts, ours, theirs) if o != t]
     assert not mismatches, (
-        f"{len(mismatches)}/{len(CORPUS)} strings differ from llama.cpp; first: "
+        f"{len(mismatches)}/{len(texts)} strings differ from llama.cpp; first: "
         + "; ".join(f"{text!r}: ours {o[:16]} llama.cpp {t[:16]}" for text, o, t in mismatches[:3])
     )
 

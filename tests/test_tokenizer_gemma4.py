@@ -11,13 +11,13 @@ from __future__ import annotations
 import pytest
 
 import ggspec
-from bench.peer.peer import peer_tokenize, peer_tokenize_many
+from bench.peer.peer import peer_tokenize
 from ggspec import ModelFormatError
 from ggspec.text import StreamDecoder, Tokenizer
 from tests.data.tokenizer_corpus import CORPUS
 from tests.fixtures.tiny_gemma4 import write_tiny_gemma4
 from tests.fixtures.tiny_gemma4_vocab import BOS_ID, SPACE, gemma4_tokenizer_metadata, write_gemma4_tokenizer_model
-from tests.test_peer_tokenize import assert_vocabulary_matches_llama_cpp
+from tests.test_peer_tokenize import assert_vocabulary_matches_llama_cpp, check_corpus
 
 MODES = [(True, True), (True, False), (False, False)]  # (add_special, parse_special)
 DROPPED_BYTES = (0xE6, 0x82)  # the first byte of "日", the last of "€"
@@ -104,15 +104,7 @@ def test_missing_merges_refused(tmp_path):
 @pytest.mark.peer
 @pytest.mark.parametrize("add_special,parse_special", MODES)
 def test_ids_match_llama_cpp(model, add_special, parse_special):
-    path, tok = model
-    texts = TRICKY + CORPUS
-    theirs = peer_tokenize_many(path, texts, add_special=add_special, parse_special=parse_special)
-    ours = [tok.encode(text, add_special=add_special, parse_special=parse_special) for text in texts]
-    mismatches = [(text, o, t) for text, o, t in zip(texts, ours, theirs) if o != t]
-    assert not mismatches, (
-        f"{len(mismatches)}/{len(texts)} strings differ from llama.cpp; first: "
-        + "; ".join(f"{text!r}: ours {o[:16]} llama.cpp {t[:16]}" for text, o, t in mismatches[:3])
-    )
+    check_corpus(*model, add_special, parse_special, texts=TRICKY + CORPUS)
 
 
 @pytest.mark.peer
