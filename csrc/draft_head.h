@@ -62,7 +62,9 @@ public:
     int64_t head_rows() const { return m_.head_rows(); }
     // The token positions sequence `seq` holds rows for, from 0 (those before first_token have none).
     // A head over the trunk's cache reads every position the trunk holds.
-    int64_t seq_len(int64_t seq = 0) const { return kv_ ? kv_->seq_len(seq) + m_.first_token : opt_.trunk_kv->seq_len(seq); }
+    int64_t seq_len(int64_t seq = 0) const {
+        return kv_ ? kv_->seq_len(seq) + m_.first_token : opt_.trunk_kv->seq_len(seq);
+    }
     uint64_t graph_calls() const { return runner_->computes() + (chained_ ? chained_->computes() : 0); }
     uint64_t graph_builds() const { return runner_->builds() + (chained_ ? chained_->builds() : 0); }
 

@@ -136,8 +136,12 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch, bool 
     hp.n_embd = f.get_int(hp.key("embedding_length"));
     hp.n_layer = f.get_int(hp.key("block_count"));
     require_positive(hp.key("block_count"), hp.n_layer);
-    if (hp.n_layer > 4096) throw ModelFormatError("implausible " + hp.key("block_count") + " " + std::to_string(hp.n_layer));
-    auto layer_int = [&](const std::string & key) { return per_layer ? layer_ints(f, key, hp.n_layer)[0] : uniform_int(f, key); };
+    if (hp.n_layer > 4096) {  // before layer_ints sizes anything by it
+        throw ModelFormatError("implausible " + hp.key("block_count") + " " + std::to_string(hp.n_layer));
+    }
+    auto layer_int = [&](const std::string & key) {
+        return per_layer ? layer_ints(f, key, hp.n_layer)[0] : uniform_int(f, key);
+    };
     hp.n_ff = layer_int(hp.key("feed_forward_length"));
     hp.n_head = uniform_int(f, hp.key("attention.head_count"));
     hp.n_head_kv = f.has_key(hp.key("attention.head_count_kv")) ? layer_int(hp.key("attention.head_count_kv"))
@@ -149,7 +153,7 @@ Hparams read_common_hparams(const ModelFile & f, const std::string & arch, bool 
                         {"attention.head_count", hp.n_head}, {"attention.head_count_kv", hp.n_head_kv}}) {
         require_positive(hp.key(k), v);
     }
-    if (hp.n_layer > 4096 || hp.n_head > 4096 || hp.n_head % hp.n_head_kv != 0) {
+    if (hp.n_head > 4096 || hp.n_head % hp.n_head_kv != 0) {
         throw ModelFormatError("implausible attention shape in '" + f.path() + "': " + std::to_string(hp.n_head) +
                                " heads over " + std::to_string(hp.n_head_kv) + " KV heads, " +
                                std::to_string(hp.n_layer) + " layers");

@@ -36,9 +36,10 @@ ggml_tensor * build_assistant(ForwardGraph & g, const AssistantWeights & a) {
     return f;
 }
 
-// The assistant's blocks read the target's cache with their own shapes: each kind's
-// must be the target's, and the target layers they read must be of their kind.
-void check_shared_kv(const ModelFile & f, const Hparams & hp, const Hparams & trunk) {
+// The target layer each block reads (hp.kv_layer): the target's last of the block's
+// kind, n_layer - 2 or n_layer - 1, as llama.cpp shares them. The blocks read its cache
+// with their own shapes: each kind's must be the target's, and the layer of their kind.
+void bind_target_kv(const ModelFile & f, Hparams & hp, const Hparams & trunk) {
     const std::string & path = f.path();
     if (trunk.arch != "gemma4") {
         throw ModelFormatError("'" + path + "' is a Gemma 4 assistant, which drafts over a gemma4 target's cache; the "
@@ -48,6 +49,7 @@ void check_shared_kv(const ModelFile & f, const Hparams & hp, const Hparams & tr
         throw ModelFormatError("Gemma 4 assistant '" + path + "' attends over a window of " + std::to_string(hp.n_swa) +
                                " (attention.sliding_window), its target over " + std::to_string(trunk.n_swa));
     }
+    hp.kv_layer.resize((size_t) hp.n_layer);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         const bool swa = hp.is_swa[il];
         const int64_t read = trunk.n_layer - (swa ? 2 : 1);
@@ -63,6 +65,7 @@ void check_shared_kv(const ModelFile & f, const Hparams & hp, const Hparams & tr
                                    std::to_string(trunk.n_head_kv_kind(swa)) + " heads of " +
                                    std::to_string(trunk.head_dim_kind(swa)));
         }
+        hp.kv_layer[il] = read;
     }
 }
 
@@ -89,9 +92,7 @@ HeadModel gemma4_assistant_head_model(std::unique_ptr<ModelFile> file, const Hpa
         throw ModelFormatError("'" + layers_key + "' in '" + f.path() + "' must be its block_count " +
                                std::to_string(hp.n_layer) + ": every block of the assistant drafts");
     }
-    check_shared_kv(f, hp, trunk);
-    hp.kv_layer.resize((size_t) hp.n_layer);
-    for (int64_t il = 0; il < hp.n_layer; ++il) hp.kv_layer[il] = trunk.n_layer - (hp.is_swa[il] ? 2 : 1);
+    bind_target_kv(f, hp, trunk);
     require_target_vocabulary(f, hp.n_vocab, trunk.n_vocab, "Gemma 4 assistant");
 
     const int64_t e = hp.n_embd;

@@ -13,8 +13,8 @@ extern const Architecture kQwen35;
 extern const Architecture kQwen35Moe;
 extern const Architecture kMuseGlimmer;
 
-static const Architecture * const kArchitectures[] = {&kLlama, &kQwen2, &kQwen3, &kPhi3, &kGemma3, &kGemma4, &kQwen35, &kQwen35Moe,
-                                                        &kMuseGlimmer};
+static const Architecture * const kArchitectures[] = {&kLlama,  &kQwen2,  &kQwen3,     &kPhi3,       &kGemma3,
+                                                        &kGemma4, &kQwen35, &kQwen35Moe, &kMuseGlimmer};
 
 const Architecture * find_architecture(const std::string & name) {
     for (const Architecture * a : kArchitectures) {

@@ -62,8 +62,8 @@ class SequenceView:
         return self.target.attach_draft_model(path, **options).for_sequence(self.seq)
 
     def attach_draft_head(self, path) -> DraftHead:
-        """Attaches a draft head (EAGLE-3, a Gemma 4 assistant) to the whole target (see Target.attach_draft_head);
-        returns it on this sequence."""
+        """Attaches a draft head (EAGLE-3, a Gemma 4 assistant) to the whole target (see
+        Target.attach_draft_head); returns it on this sequence."""
         return self.target.attach_draft_head(path).for_sequence(self.seq)
 
     def attach_drafter(self, path, **switches) -> BlockDrafter:
