@@ -15,6 +15,10 @@
 #include "kernels/row_matmul.h"
 #include "models/forward_graph.h"
 #include "target.h"
+#ifdef GGSPEC_RPC
+#include "rpc/wire.h"
+#include "rpc/workers.h"
+#endif
 
 namespace py = pybind11;
 using namespace ggspec;
@@ -267,6 +271,24 @@ void translate(std::exception_ptr p) {
     }
 }
 
+// ggml's RPC backend, when this build has it (vendor/ggml/rpc.cmake).
+void bind_rpc(py::module_ & m) {
+#ifdef GGSPEC_RPC
+    m.attr("rpc_available") = true;
+    m.def("rpc_probe", &rpc::probe_worker, py::arg("endpoint"), py::arg("timeout_s"),
+          py::call_guard<py::gil_scoped_release>(),
+          "Checks that host:port answers ggml's RPC handshake in this build's protocol; ValueError naming it if not.");
+    m.def("rpc_serve", &rpc::serve, py::arg("endpoint"), py::arg("cache_dir"), py::arg("n_threads"),
+          py::call_guard<py::gil_scoped_release>(), "Serves this host's CPU to RPC clients; returns only on failure.");
+    m.def("rpc_wire_counters", [] {
+        const rpc::WireCounters c = rpc::wire_counters();
+        return py::make_tuple(c.round_trips, c.bytes_sent, c.bytes_received);
+    }, "(round trips, bytes sent, bytes received) of this process's RPC connections so far.");
+#else
+    m.attr("rpc_available") = false;
+#endif
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -285,7 +307,8 @@ PYBIND11_MODULE(_core, m) {
         .def(py::init([](const std::string & path, int64_t n_ctx, int n_threads, const std::string & device,
                          const std::string & kv_type, int64_t prefill_chunk, int64_t max_verify_rows,
                          double graph_budget_mb, const std::string & row_kernels, const std::string & recurrent_rollback,
-                         double recurrent_snapshot_mb) {
+                         double recurrent_snapshot_mb, const std::vector<std::string> & rpc,
+                         const std::vector<float> & tensor_split, double rpc_timeout_s) {
                  TargetOptions o;
                  o.n_ctx = n_ctx;
                  o.n_threads = n_threads;
@@ -298,13 +321,18 @@ PYBIND11_MODULE(_core, m) {
                  o.recurrent_rollback = recurrent_rollback;
                  if (recurrent_snapshot_mb <= 0) throw std::invalid_argument("recurrent_snapshot_mb must be positive");
                  o.recurrent_snapshot_bytes = (size_t) (recurrent_snapshot_mb * 1024 * 1024);
+                 o.rpc = rpc;
+                 o.tensor_split = tensor_split;
+                 o.rpc_timeout_s = rpc_timeout_s;
                  py::gil_scoped_release release;
                  return std::make_unique<Target>(path, o);
              }),
              py::arg("path"), py::arg("n_ctx") = 4096, py::arg("n_threads") = 0, py::arg("device") = "auto",
              py::arg("kv_type") = "f16", py::arg("prefill_chunk") = 512, py::arg("max_verify_rows") = 65,
              py::arg("graph_budget_mb") = 0.0, py::arg("row_kernels") = "auto",
-             py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0)
+             py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0,
+             py::arg("rpc") = std::vector<std::string>{}, py::arg("tensor_split") = std::vector<float>{},
+             py::arg("rpc_timeout_s") = 0.0)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
              py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0, py::arg("seq") = 0,
              "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")
@@ -381,6 +409,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("n_threads", &Target::n_threads)
         .def_property_readonly("lm_head_row_kernel", &Target::lm_head_row_kernel)
         .def_property_readonly("row_kernels", &Target::row_kernels)
+        .def_property_readonly("placement", &Target::placement)
         .def_property_readonly("weight_bytes", &Target::weight_bytes)
         .def_property_readonly("kv_bytes", &Target::kv_bytes)
         .def_property_readonly("arch", [](const Target & t) { return t.hparams().arch; })
@@ -419,4 +448,5 @@ PYBIND11_MODULE(_core, m) {
     m.def("row_argmax_usable", &row_argmax_usable,
           "Whether the greedy pick runs on ggspec's op (rows split between threads, vectorized) on the kernel paths: "
           "this CPU runs it and its probe found ggml_argmax's indices.");
+    bind_rpc(m);
 }

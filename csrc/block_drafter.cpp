@@ -35,7 +35,7 @@ void BlockDrafter::set_n_seqs(int64_t n) {
     block_.reset();
     kv_.reset();
     opt_.n_seqs = n;
-    kv_ = std::make_unique<KvCache>(dev_, hp_, opt_.n_ctx, opt_.max_rows, opt_.kv_type, n);
+    kv_ = std::make_unique<KvCache>(on_one_device(dev_, hp_.n_layer), hp_, opt_.n_ctx, opt_.max_rows, opt_.kv_type, n);
     inject_ = std::make_unique<GraphRunner>(
         backend_,
         ModelBody{hp_, w_, *kv_, nullptr, [this](ForwardGraph & g) { return build_dflash_inject(g, dw_); },

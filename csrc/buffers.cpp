@@ -32,4 +32,34 @@ void allocate_graph(ggml_gallocr_t allocator, ggml_cgraph * graph, const std::st
     }
 }
 
+PlacedTensors::~PlacedTensors() {
+    for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
+    for (auto & c : contexts_) ggml_free(c.second);
+}
+
+ggml_context * PlacedTensors::context_for(ggml_backend_buffer_type_t buft, size_t max_tensors) {
+    for (auto & c : contexts_) {
+        if (c.first == buft) return c.second;
+    }
+    ggml_init_params params = {ggml_tensor_overhead() * max_tensors, nullptr, true};
+    contexts_.emplace_back(buft, ggml_init(params));
+    return contexts_.back().second;
+}
+
+void PlacedTensors::allocate(const std::string & what) {
+    for (auto & c : contexts_) {
+        if (ggml_backend_buffer_t b = allocate_tensors(c.second, c.first, what)) buffers_.push_back(b);
+    }
+}
+
+void PlacedTensors::clear(uint8_t value) {
+    for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_clear(b, value);
+}
+
+size_t PlacedTensors::bytes() const {
+    size_t total = 0;
+    for (ggml_backend_buffer_t b : buffers_) total += ggml_backend_buffer_get_size(b);
+    return total;
+}
+
 }  // namespace ggspec

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "buffers.h"
+#include "split_graph.h"
 #include "ggml-alloc.h"
 #include "kernels/row_argmax.h"
 
@@ -28,8 +29,14 @@ void set_input(ggml_tensor * t, const void * data) {
 }  // namespace
 
 GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels,
-                         size_t graph_budget_bytes)
-    : backend_(backend), body_(body), row_kernels_(row_kernels), graphs_(graph_budget_bytes) {}
+                         size_t graph_budget_bytes, std::vector<ggml_backend_t> sched_backends)
+    : backend_(backend),
+      sched_backends_(std::move(sched_backends)),
+      body_(body),
+      row_kernels_(row_kernels),
+      graphs_(graph_budget_bytes) {
+    if (!sched_backends_.empty() && body_.per_op) throw std::logic_error("a split target runs whole graphs");
+}
 
 std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     const Hparams & hp = body_.hp;
@@ -70,9 +77,17 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     if (key.n_out == 0) fg.top_k = key.top_k;  // no LM head of the runner's: the body ranks its own rows
     ggml_tensor * trunk = body_.build(fg);
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
-    ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
-    // after every node that reads the live state
-    for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
+    if (sched_backends_.empty()) {
+        ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
+        // after every node that reads the live state
+        for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
+    } else {
+        // Each state write right after the layer that read the state (its
+        // sources are its only readers): at the graph's end they would make a
+        // second split, and a second graph sent, on each worker.
+        for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
+        ggml_build_forward_expand(cg->graph, trunk);
+    }
     cg->state_sources = std::move(fg.state_sources);
     for (ggml_tensor * t : fg.outputs) {
         ggml_set_output(t);
@@ -115,8 +130,16 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
             ggml_build_forward_expand(cg->graph, cg->values);
         }
     }
-    cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
-    allocate_graph(cg->allocator, cg->graph, "a forward graph of " + std::to_string(n) + " rows on " + device_name());
+    const std::string what = "a forward graph of " + std::to_string(n) + " rows on " + device_name();
+    if (sched_backends_.empty()) {
+        cg->allocator = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend_));
+        allocate_graph(cg->allocator, cg->graph, what);
+        return cg;
+    }
+    // A scheduler per graph, as an allocator per graph above: allocated once,
+    // its splits and their buffers kept for every replay.
+    cg->sched = schedule_split_graph(cg->graph, max_nodes, fg.layer_inputs, cg->state_sources, body_.w, body_.rs,
+                                     sched_backends_, backend_, what);
     return cg;
 }
 
@@ -220,6 +243,13 @@ CachedGraph & GraphRunner::prepare(const GraphKey & key, const std::vector<Segme
 }
 
 void GraphRunner::compute(CachedGraph & g) {
+    if (g.sched) {
+        if (ggml_backend_sched_graph_compute(g.sched, g.graph) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("graph compute failed on " + device_name() + " and its RPC workers");
+        }
+        ++computes_;
+        return;
+    }
     if (!body_.per_op) {
         if (ggml_backend_graph_compute(backend_, g.graph) != GGML_STATUS_SUCCESS) {
             throw std::runtime_error("graph compute failed on " + device_name());

@@ -5,10 +5,17 @@ namespace ggspec {
 CachedGraph::~CachedGraph() {
     state_commits.clear();  // they view this graph's tensors
     if (allocator) ggml_gallocr_free(allocator);
+    if (sched) ggml_backend_sched_free(sched);
     if (ctx) ggml_free(ctx);
 }
 
-size_t CachedGraph::bytes() const { return allocator ? ggml_gallocr_get_buffer_size(allocator, 0) : 0; }
+size_t CachedGraph::bytes() const {
+    size_t total = allocator ? ggml_gallocr_get_buffer_size(allocator, 0) : 0;
+    for (int i = 0; sched && i < ggml_backend_sched_get_n_backends(sched); ++i) {
+        total += ggml_backend_sched_get_buffer_size(sched, ggml_backend_sched_get_backend(sched, i));
+    }
+    return total;
+}
 
 CachedGraph & GraphCache::get(const GraphKey & key, const std::function<std::unique_ptr<CachedGraph>()> & build) {
     auto it = graphs_.find(key);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ggml-alloc.h"
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "models/forward_graph.h"
 #include "recurrent_state.h"
@@ -39,7 +40,8 @@ struct GraphKey {
 struct CachedGraph {
     ggml_context * ctx = nullptr;
     ggml_cgraph * graph = nullptr;
-    ggml_gallocr_t allocator = nullptr;
+    ggml_gallocr_t allocator = nullptr;    // its memory on one device, or
+    ggml_backend_sched_t sched = nullptr;  // on each device of a split target, and how it runs there
     ggml_tensor * tokens = nullptr;
     ggml_tensor * positions = nullptr;
     ggml_tensor * hidden_in = nullptr;  // F32 [hidden width, n_rows], a drafter's

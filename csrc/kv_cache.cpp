@@ -53,7 +53,7 @@ void SlotMap::fill_mask(float * mask, int64_t n_kv, int64_t base, const int32_t 
     }
 }
 
-KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type,
+KvCache::KvCache(const LayerBufts & bufts, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type,
                  int64_t n_seqs)
     : hp_(hp), n_ctx_(n_ctx), n_slots_full_(round_up(n_ctx, kKvBucket)) {
     if (hp.n_swa > 0) {
@@ -66,34 +66,22 @@ KvCache::KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int6
         if (has_ring_) s.ring = SlotMap(n_slots_ring_, true, hp.n_swa);
     }
 
-    ggml_init_params params = {ggml_tensor_overhead() * 2 * (size_t) hp.n_layer, nullptr, true};
-    ctx_ = ggml_init(params);
     k_.assign(hp.n_layer, nullptr);
     v_.assign(hp.n_layer, nullptr);
     for (int64_t il = 0; il < hp.n_layer; ++il) {
         // a recurrent layer keeps its own state (recurrent_state.h); a shared-KV layer reads another's cache
         if (hp.recurrent(il) || hp.cache_layer(il) != il) continue;
         const int64_t n_slots = n_seqs * (layer_uses_ring(il) ? n_slots_ring_ : n_slots_full_);
-        k_[il] = ggml_new_tensor_2d(ctx_, type, hp.n_embd_kv_of(il), n_slots);
-        v_[il] = ggml_new_tensor_2d(ctx_, type, n_slots, hp.n_embd_kv_of(il));
+        ggml_context * ctx = tensors_.context_for(bufts[il], 2 * (size_t) hp.n_layer);
+        k_[il] = ggml_new_tensor_2d(ctx, type, hp.n_embd_kv_of(il), n_slots);
+        v_[il] = ggml_new_tensor_2d(ctx, type, n_slots, hp.n_embd_kv_of(il));
         ggml_format_name(k_[il], "cache_k_l%d", (int) il);
         ggml_format_name(v_[il], "cache_v_l%d", (int) il);
     }
-    try {
-        buffer_ = allocate_tensors(ctx_, ggml_backend_dev_buffer_type(dev),
-                                   "the KV cache of " + std::to_string(n_seqs) + " x " + std::to_string(n_ctx) +
-                                       " positions (lower -c/n_ctx or the slots)");
-    } catch (...) {
-        ggml_free(ctx_);
-        throw;
-    }
+    tensors_.allocate("the KV cache of " + std::to_string(n_seqs) + " x " + std::to_string(n_ctx) +
+                      " positions (lower -c/n_ctx or the slots)");
     // Masked slots are multiplied by zero weights: they must hold finite values.
-    ggml_backend_buffer_clear(buffer_, 0);
-}
-
-KvCache::~KvCache() {
-    if (buffer_) ggml_backend_buffer_free(buffer_);
-    if (ctx_) ggml_free(ctx_);
+    tensors_.clear(0);
 }
 
 int64_t KvCache::n_kv_full(int64_t n_rows, int64_t seq) const {
@@ -136,7 +124,7 @@ void KvCache::clear_seq(int64_t seq) {
     s.len = 0;
 }
 
-size_t KvCache::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
+size_t KvCache::bytes() const { return tensors_.bytes(); }
 
 size_t KvCache::position_bytes() const {
     size_t bytes = 0;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "buffers.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 #include "hparams.h"
@@ -67,9 +68,9 @@ class KvCache {
 public:
     // n_ctx positions for each of n_seqs sequences; max_rows: the most rows one
     // forward appends to one sequence.
-    KvCache(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type,
+    // bufts: each layer's buffer type (hp.n_layer of them)
+    KvCache(const LayerBufts & bufts, const Hparams & hp, int64_t n_ctx, int64_t max_rows, ggml_type type,
             int64_t n_seqs = 1);
-    ~KvCache();
     KvCache(const KvCache &) = delete;
     KvCache & operator=(const KvCache &) = delete;
 
@@ -132,8 +133,7 @@ private:
     int64_t n_slots_ring_ = 0;
     bool has_ring_ = false;
     std::vector<Sequence> seqs_;
-    ggml_context * ctx_ = nullptr;
-    ggml_backend_buffer_t buffer_ = nullptr;
+    PlacedTensors tensors_;
     std::vector<ggml_tensor *> k_, v_;
 };
 

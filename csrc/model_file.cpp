@@ -104,6 +104,7 @@ ModelFile::ModelFile(const std::string & path) : path_(path) {
 
 ModelFile::~ModelFile() {
     if (buffer_) ggml_backend_buffer_free(buffer_);
+    for (ggml_backend_buffer_t b : remote_buffers_) ggml_backend_buffer_free(b);
     if (map_) ::munmap(map_, file_size_);
     if (meta_) ggml_free(meta_);
     if (gguf_) gguf_free(gguf_);
@@ -270,9 +271,44 @@ ggml_tensor * ModelFile::tensor(const std::string & name, std::vector<int64_t> n
     return t;
 }
 
-void ModelFile::bind(ggml_backend_dev_t dev) {
+void ModelFile::bind(ggml_backend_dev_t dev, const RemoteBuft & remote) {
     const size_t data_offset = gguf_get_data_offset(gguf_);
     auto * base = (uint8_t *) map_;
+    auto file_data = [&](const ggml_tensor * t) {
+        return base + data_offset + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, ggml_get_name(t)));
+    };
+    std::vector<std::pair<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>>> placed;
+    if (remote) {
+        for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
+            ggml_backend_buffer_type_t buft = remote(ggml_get_name(t));
+            if (!buft) continue;
+            auto it = std::find_if(placed.begin(), placed.end(), [&](const auto & p) { return p.first == buft; });
+            if (it == placed.end()) it = placed.insert(placed.end(), {buft, {}});
+            it->second.push_back(t);
+        }
+    }
+    // Each worker's weights in one buffer, sent once (a worker started with a
+    // cache keeps the large ones by hash, and is sent only the hash next time).
+    for (const auto & [buft, tensors] : placed) {
+        const size_t align = ggml_backend_buft_get_alignment(buft);
+        size_t bytes = 0;
+        for (const ggml_tensor * t : tensors) bytes += GGML_PAD(ggml_backend_buft_get_alloc_size(buft, t), align);
+        ggml_backend_buffer_t buffer = ggml_backend_buft_alloc_buffer(buft, bytes);
+        if (!buffer) {
+            throw AllocationError("cannot allocate " + std::to_string(bytes >> 20) + " MiB on " +
+                                  ggml_backend_buft_name(buft) + " for the weights of '" + path_ + "'");
+        }
+        remote_buffers_.push_back(buffer);
+        ggml_backend_buffer_set_usage(buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+        ggml_tallocr alloc = ggml_tallocr_new(buffer);
+        for (ggml_tensor * t : tensors) {
+            if (ggml_tallocr_alloc(&alloc, t) != GGML_STATUS_SUCCESS) {
+                throw AllocationError(std::string("cannot place '") + ggml_get_name(t) + "' on " +
+                                      ggml_backend_buft_name(buft));
+            }
+            ggml_backend_tensor_set(t, file_data(t), 0, ggml_nbytes(t));
+        }
+    }
     const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
     if (host) {
         // Weights stay in the page cache: the mmap is the buffer. A plain CPU
@@ -280,16 +316,15 @@ void ModelFile::bind(ggml_backend_dev_t dev) {
         buffer_ = ggml_backend_cpu_buffer_from_ptr(base, file_size_);
         ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
-            const int64_t id = gguf_find_tensor(gguf_, ggml_get_name(t));
-            ggml_backend_tensor_alloc(buffer_, t, base + data_offset + gguf_get_tensor_offset(gguf_, id));
+            if (!t->buffer) ggml_backend_tensor_alloc(buffer_, t, file_data(t));
         }
         return;
     }
+    if (!placed.empty()) throw std::invalid_argument("a split over RPC workers keeps its local layers on the CPU");
     buffer_ = allocate_tensors(meta_, ggml_backend_dev_buffer_type(dev), "the weights of '" + path_ + "'");
     ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
-        const int64_t id = gguf_find_tensor(gguf_, ggml_get_name(t));
-        ggml_backend_tensor_set(t, base + data_offset + gguf_get_tensor_offset(gguf_, id), 0, ggml_nbytes(t));
+        ggml_backend_tensor_set(t, file_data(t), 0, ggml_nbytes(t));
     }
 }
 

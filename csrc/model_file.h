@@ -4,6 +4,7 @@
 // assert aborts the process and a read past a truncated mmap raises SIGBUS.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,10 @@ public:
 
     // Binds every tensor to memory of `dev`: the mmap itself for host
     // devices, an uploaded copy otherwise. Call once, after the lookups.
-    void bind(ggml_backend_dev_t dev);
+    // Where a weight goes instead of dev, by its name (a split target's
+    // layers on RPC workers); null: dev.
+    using RemoteBuft = std::function<ggml_backend_buffer_type_t(const std::string & name)>;
+    void bind(ggml_backend_dev_t dev, const RemoteBuft & remote = {});
 
     size_t weight_bytes() const;
     // Copies a tensor's bytes out of the file (small tables a host needs, such as a d2t map).
@@ -73,6 +77,7 @@ private:
     void * map_ = nullptr;
     size_t file_size_ = 0;
     ggml_backend_buffer_t buffer_ = nullptr;
+    std::vector<ggml_backend_buffer_t> remote_buffers_;  // one per worker holding weights
     mutable std::vector<std::string> used_;  // names handed out by tensor()/tensor_or_null()
 };
 

@@ -2,6 +2,7 @@
 
 #include "ggml-cpp.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -10,38 +11,27 @@
 
 namespace ggspec {
 
-RecurrentState::RecurrentState(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_seqs)
+RecurrentState::RecurrentState(const LayerBufts & bufts, const Hparams & hp, int64_t n_seqs)
     : hp_(hp) {
     const size_t n = (size_t) (n_seqs * hp.n_layer);
-    ggml_init_params params = {ggml_tensor_overhead() * 2 * n, nullptr, true};
-    ctx_ = ggml_init(params);
     conv_.assign(n, nullptr);
     ssm_.assign(n, nullptr);
     for (int64_t seq = 0; seq < n_seqs; ++seq) {
         for (int64_t il = 0; il < hp.n_layer; ++il) {
             if (!hp.recurrent(il)) continue;
             const size_t i = (size_t) (seq * hp.n_layer + il);
-            conv_[i] = ggml_new_tensor_2d(ctx_, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, hp.ssm_conv_channels());
-            ssm_[i] = ggml_new_tensor_3d(ctx_, GGML_TYPE_F32, hp.ssm_head_dim, hp.ssm_head_dim, hp.ssm_v_heads);
+            ggml_context * ctx = tensors_.context_for(bufts[il], 2 * n);
+            conv_[i] = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, hp.ssm_conv_kernel - 1, hp.ssm_conv_channels());
+            ssm_[i] = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, hp.ssm_head_dim, hp.ssm_head_dim, hp.ssm_v_heads);
             ggml_format_name(conv_[i], "conv_state_l%d_s%d", (int) il, (int) seq);
             ggml_format_name(ssm_[i], "ssm_state_l%d_s%d", (int) il, (int) seq);
         }
     }
-    try {
-        buffer_ = allocate_tensors(ctx_, ggml_backend_dev_buffer_type(dev), "the recurrent state");
-    } catch (...) {
-        ggml_free(ctx_);
-        throw;
-    }
+    tensors_.allocate("the recurrent state");
     clear();
 }
 
-RecurrentState::~RecurrentState() {
-    if (buffer_) ggml_backend_buffer_free(buffer_);
-    if (ctx_) ggml_free(ctx_);
-}
-
-void RecurrentState::clear() { ggml_backend_buffer_clear(buffer_, 0); }
+void RecurrentState::clear() { tensors_.clear(0); }
 
 void RecurrentState::clear(int64_t seq) {
     for (int64_t il = 0; il < hp_.n_layer; ++il) {
@@ -51,7 +41,7 @@ void RecurrentState::clear(int64_t seq) {
     }
 }
 
-size_t RecurrentState::bytes() const { return ggml_backend_buffer_get_size(buffer_); }
+size_t RecurrentState::bytes() const { return tensors_.bytes(); }
 
 size_t RecurrentState::row_bytes(const Hparams & hp) {
     size_t per_row = 0;
@@ -110,43 +100,55 @@ StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSo
     return v;
 }
 
-StateCommitGraph::StateCommitGraph(ggml_backend_t backend, const RecurrentState & rs,
+StateCommitGraph::StateCommitGraph(const std::vector<ggml_backend_t> & backends, const RecurrentState & rs,
                                    const std::vector<StateSources> & sources, int64_t seq, int64_t n_rows,
                                    int64_t row) {
-    const size_t max_nodes = 8 * sources.size() + 8;  // two aliases, two views, two copies per layer
-    ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
-                               nullptr, true};
-    ctx_ = ggml_init(params);
-    graph_ = ggml_new_graph_custom(ctx_, max_nodes, false);
-    // Leaves that alias the forward's results: a view of the results themselves
-    // would pull the whole forward into this graph.
-    auto alias = [&](ggml_tensor * t) {
-        ggml_tensor * a = ggml_dup_tensor(ctx_, t);
-        if (ggml_backend_tensor_alloc(t->buffer, a, t->data) != GGML_STATUS_SUCCESS) {
-            throw std::runtime_error("cannot alias a forward's recurrent state");
-        }
-        return a;
-    };
     for (const StateSources & forward : sources) {
         if (forward.seq != seq) continue;
+        // The device whose memory holds this layer's results and state (a split
+        // target's worker): its copies run there, as a graph of their own.
+        ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(forward.delta_net->buffer);
+        auto on = std::find_if(backends.begin(), backends.end(),
+                               [&](ggml_backend_t b) { return ggml_backend_supports_buft(b, buft); });
+        if (on == backends.end()) throw std::logic_error("no backend holds a recurrent layer's state");
+        auto part = std::find_if(parts_.begin(), parts_.end(), [&](const Part & p) { return p.backend == *on; });
+        if (part == parts_.end()) {
+            const size_t max_nodes = 8 * sources.size() + 8;  // two aliases, two views, two copies per layer
+            ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
+                                       nullptr, true};
+            Part p;
+            p.backend = *on;
+            p.ctx.reset(ggml_init(params));
+            p.graph = ggml_new_graph_custom(p.ctx.get(), max_nodes, false);
+            part = parts_.insert(parts_.end(), std::move(p));
+        }
+        ggml_context * ctx = part->ctx.get();
+        // Leaves that alias the forward's results: a view of the results themselves
+        // would pull the whole forward into this graph.
+        auto alias = [&](ggml_tensor * t) {
+            ggml_tensor * a = ggml_dup_tensor(ctx, t);
+            if (ggml_backend_tensor_alloc(t->buffer, a, t->data) != GGML_STATUS_SUCCESS) {
+                throw std::runtime_error("cannot alias a forward's recurrent state");
+            }
+            return a;
+        };
         const StateSources src{forward.il, seq, alias(forward.delta_net), alias(forward.conv_input),
                                forward.kept_rows};
-        const StateViews v = state_after_row(ctx_, rs.hparams(), src, n_rows, row);
-        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.ssm, rs.ssm(src.il, seq)));
-        ggml_build_forward_expand(graph_, ggml_cpy(ctx_, v.conv, rs.conv(src.il, seq)));
+        const StateViews v = state_after_row(ctx, rs.hparams(), src, n_rows, row);
+        ggml_build_forward_expand(part->graph, ggml_cpy(ctx, v.ssm, rs.ssm(src.il, seq)));
+        ggml_build_forward_expand(part->graph, ggml_cpy(ctx, v.conv, rs.conv(src.il, seq)));
     }
-    allocator_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
-    allocate_graph(allocator_, graph_, "a state commit graph");
+    for (Part & p : parts_) {
+        p.allocator.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(p.backend)));
+        allocate_graph(p.allocator.get(), p.graph, "a state commit graph");
+    }
 }
 
-StateCommitGraph::~StateCommitGraph() {
-    if (allocator_) ggml_gallocr_free(allocator_);
-    if (ctx_) ggml_free(ctx_);
-}
-
-void StateCommitGraph::run(ggml_backend_t backend) {
-    if (ggml_backend_graph_compute(backend, graph_) != GGML_STATUS_SUCCESS) {
-        throw std::runtime_error("recurrent state commit failed");
+void StateCommitGraph::run() {
+    for (Part & p : parts_) {
+        if (ggml_backend_graph_compute(p.backend, p.graph) != GGML_STATUS_SUCCESS) {
+            throw std::runtime_error("recurrent state commit failed");
+        }
     }
 }
 

@@ -13,8 +13,10 @@
 #include <tuple>
 #include <vector>
 
+#include "buffers.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
 #include "hparams.h"
 
@@ -22,8 +24,8 @@ namespace ggspec {
 
 class RecurrentState {
 public:
-    RecurrentState(ggml_backend_dev_t dev, const Hparams & hp, int64_t n_seqs = 1);
-    ~RecurrentState();
+    // bufts: each layer's buffer type (hp.n_layer of them)
+    RecurrentState(const LayerBufts & bufts, const Hparams & hp, int64_t n_seqs = 1);
     RecurrentState(const RecurrentState &) = delete;
     RecurrentState & operator=(const RecurrentState &) = delete;
 
@@ -46,8 +48,7 @@ public:
 
 private:
     const Hparams & hp_;
-    ggml_context * ctx_ = nullptr;
-    ggml_backend_buffer_t buffer_ = nullptr;
+    PlacedTensors tensors_;
     std::vector<ggml_tensor *> conv_, ssm_;  // [seq * n_layer + il]; null for attention layers
 };
 
@@ -88,17 +89,20 @@ StateViews state_after_row(ggml_context * ctx, const Hparams & hp, const StateSo
 // host round trip.
 class StateCommitGraph {
 public:
-    StateCommitGraph(ggml_backend_t backend, const RecurrentState & rs, const std::vector<StateSources> & sources,
-                     int64_t seq, int64_t n_rows, int64_t row);
-    ~StateCommitGraph();
-    StateCommitGraph(const StateCommitGraph &) = delete;
-    StateCommitGraph & operator=(const StateCommitGraph &) = delete;
-    void run(ggml_backend_t backend);
+    // backends: the devices that may hold the state (a split target's
+    // workers and the local one); each runs the copies of the layers it holds.
+    StateCommitGraph(const std::vector<ggml_backend_t> & backends, const RecurrentState & rs,
+                     const std::vector<StateSources> & sources, int64_t seq, int64_t n_rows, int64_t row);
+    void run();
 
 private:
-    ggml_context * ctx_ = nullptr;
-    ggml_cgraph * graph_ = nullptr;
-    ggml_gallocr_t allocator_ = nullptr;
+    struct Part {
+        ggml_backend_t backend = nullptr;
+        ggml_context_ptr ctx;
+        ggml_cgraph * graph = nullptr;
+        ggml_gallocr_ptr allocator;
+    };
+    std::vector<Part> parts_;
 };
 
 // The same through the host (tensor_get, then tensor_set): the measured

@@ -82,8 +82,6 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     }
     arch_->load(*file_, hp_, w_);
     choose_rope_factors(hp_, opt.n_ctx, w_);
-    file_->bind(dev_);
-    if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
 
     backend_.reset(ggml_backend_dev_init(dev_, nullptr));
     if (!backend_) throw std::runtime_error("cannot initialise device " + device_name());
@@ -95,6 +93,21 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_.get());
         row_kernels_ = row_kernels;  // other backends run ggml's own kernels
     }
+    if (opt.rpc.empty()) {
+        placement_ = std::make_unique<Placement>(dev_, backend_.get(), hp_.n_layer);
+        file_->bind(dev_);
+    } else {
+        if (!ggml_backend_is_cpu(backend_.get())) {
+            throw std::invalid_argument("a target split over RPC workers runs its local layers on the CPU "
+                                        "(device='cpu'), not " + device_name());
+        }
+        placement_ = std::make_unique<Placement>(dev_, backend_.get(), hp_.n_layer, opt.rpc, opt.tensor_split,
+                                                 opt.rpc_timeout_s);
+        // The local layers and the LM head keep ggspec's kernels; the workers'
+        // layers run ggml's own ops (ForwardGraph::kernels_for).
+        file_->bind(dev_, [this](const std::string & name) { return placement_->remote_buft_of(name); });
+    }
+    if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
     max_verify_rows_ = opt.max_verify_rows;
     if (hp_.has_recurrent()) {
         const int64_t per_row = (int64_t) RecurrentState::row_bytes(hp_);  // a delta-rule state per recurrent layer
@@ -114,10 +127,12 @@ void Target::make_cache(int64_t n_seqs) {
     kv_.reset();
     rs_.reset();
     seq_states_.assign((size_t) n_seqs, SeqState{});
-    kv_ = std::make_unique<KvCache>(dev_, hp_, opt_.n_ctx, max_batch_rows(), kv_type_from_name(opt_.kv_type), n_seqs);
-    if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(dev_, hp_, n_seqs);
-    runner_ = std::make_unique<GraphRunner>(backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk},
-                                            row_kernels_, opt_.graph_budget_bytes);
+    const LayerBufts bufts = placement_->layer_bufts();
+    kv_ = std::make_unique<KvCache>(bufts, hp_, opt_.n_ctx, max_batch_rows(), kv_type_from_name(opt_.kv_type), n_seqs);
+    if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(bufts, hp_, n_seqs);
+    runner_ = std::make_unique<GraphRunner>(
+        backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk}, row_kernels_,
+        opt_.graph_budget_bytes, placement_->split() ? placement_->backends() : std::vector<ggml_backend_t>{});
     if (head_) head_->set_n_seqs(n_seqs, kv_.get());
     if (drafter_) drafter_->set_n_seqs(n_seqs);
 }
@@ -140,10 +155,17 @@ DrafterOptions Target::drafter_options() const {
 }
 
 void Target::attach_draft_head(const std::string & path) {
+    HeadModel model = attached_head_model(path, hp_, w_, dev_);
+    for (int64_t il = 0; model.reads_trunk_kv && il < model.hp.n_layer; ++il) {
+        const int64_t read = model.hp.cache_layer(il);
+        if (!placement_->layer_is_local(read)) {
+            throw std::invalid_argument("the draft head '" + path + "' reads the target's cache of layer " +
+                                        std::to_string(read) + ", which this split keeps on an RPC worker (" +
+                                        placement_->describe() + "); give the local device that layer");
+        }
+    }
     // built before the head it replaces goes: a file that fails leaves the target as it was
-    auto head = std::make_unique<DraftHead>(dev_, backend_.get(), attached_head_model(path, hp_, w_, dev_),
-                                            drafter_options());
-    head_ = std::move(head);
+    head_ = std::make_unique<DraftHead>(dev_, backend_.get(), std::move(model), drafter_options());
 }
 
 void Target::attach_drafter(const std::string & path, bool use_conv, bool use_selector, bool fused) {
@@ -392,10 +414,10 @@ void Target::commit_row(int64_t row, int64_t seq) {
     if (rollback_ == Rollback::snapshots) {
         std::unique_ptr<StateCommitGraph> & commit = p.graph->state_commits[{seq, row}];
         if (!commit) {
-            commit = std::make_unique<StateCommitGraph>(backend_.get(), *rs_, p.graph->state_sources, seq, p.n_rows,
-                                                        row);
+            commit = std::make_unique<StateCommitGraph>(placement_->backends(), *rs_, p.graph->state_sources, seq,
+                                                        p.n_rows, row);
         }
-        commit->run(backend_.get());
+        commit->run();
     } else {
         move_state_bytes(commit_state_through_host(*rs_, p.graph->state_sources, seq, p.n_rows, row), seq);
     }

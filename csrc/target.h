@@ -16,6 +16,7 @@
 #include "hparams.h"
 #include "kv_cache.h"
 #include "model_file.h"
+#include "placement.h"
 #include "recurrent_state.h"
 #include "models/forward_graph.h"
 
@@ -47,6 +48,11 @@ struct TargetOptions {
     // The memory a verify's per-row recurrent snapshots may take: it bounds how
     // many rows a verify on a recurrent trunk can have (max_verify_rows()).
     size_t recurrent_snapshot_bytes = size_t(512) << 20;
+    // ggml RPC workers ("host:port") that run runs of the trunk's layers
+    // (placement.h); empty: every layer on `device`.
+    std::vector<std::string> rpc;
+    std::vector<float> tensor_split;  // one share per worker, then the local device's; empty: by free memory
+    double rpc_timeout_s = 0;         // a worker silent this long ends the process; 0: wait forever
 };
 
 struct ForwardRequest {
@@ -167,6 +173,8 @@ public:
     // The kernel path this target chose ("vnni", "avx2" or "off"); each weight
     // type runs on it where it has a kernel whose probe matched ggml's bits.
     const char * row_kernels() const { return row_kernels_name(row_kernels_); }
+    // Where the trunk's layers run ("layers 0-5 on RPC0 (host:port), 6-11 on CPU").
+    std::string placement() const { return placement_->describe(); }
 
     enum class Rollback { snapshots, snapshots_host, reforward };
 
@@ -222,6 +230,7 @@ private:
     ggml_backend_ptr backend_;
     int n_threads_ = 1;
     RowKernels row_kernels_ = RowKernels::off;
+    std::unique_ptr<Placement> placement_;  // before what it places: freed after it
     std::unique_ptr<KvCache> kv_;
     std::unique_ptr<RecurrentState> rs_;  // null: an attention-only trunk
     Rollback rollback_ = Rollback::snapshots;

@@ -3,7 +3,10 @@
 # cache outside the repo: ${GGSPEC_PEER_DIR:-$HOME/.cache/ggspec/peer}/<flavor>/.
 #
 #   bench/peer/build_peer.sh            # both flavors
-#   bench/peer/build_peer.sh wheel      # one flavor: usual | wheel
+#   bench/peer/build_peer.sh wheel      # one flavor: usual | wheel | rpc
+#
+# rpc: the wheel flavor with ggml's RPC backend, for bench.rpc only (its
+# ggml-rpc-server speaks llama.cpp's RPC protocol, not ggspec's).
 #
 # Idempotent: a flavor whose stamp matches the sdist version + flags and whose
 # outputs exist is skipped.
@@ -16,6 +19,7 @@ PEER_DIR=${GGSPEC_PEER_DIR:-$HOME/.cache/ggspec/peer}
 JOBS=${GGSPEC_PEER_JOBS:-2}
 
 TOOLS=(llama-completion llama-cli llama-server llama-bench llama-speculative-simple llama-tokenize llama-quantize)
+RPC_TOOLS=(llama-completion llama-speculative-simple ggml-rpc-server)
 
 # GGML_NATIVE=OFF: -march=native faults on hosts that report AMX but cannot run it.
 # The SIMD level is pinned to what the libggml-python wheel ships (its
@@ -49,7 +53,8 @@ flavor_flags() {
   case "$1" in
     usual) echo "-DGGML_OPENMP=ON -DGGML_LLAMAFILE=ON" ;;
     wheel) echo "-DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF" ;;
-    *) echo "unknown flavor '$1' (expected: usual, wheel)" >&2; return 1 ;;
+    rpc) echo "-DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF -DGGML_RPC=ON" ;;
+    *) echo "unknown flavor '$1' (expected: usual, wheel, rpc)" >&2; return 1 ;;
   esac
 }
 
@@ -85,6 +90,8 @@ install_python_bindings() {
 build_flavor() {
   local flavor=$1
   local extra; extra=$(flavor_flags "$flavor")
+  local tools=("${TOOLS[@]}")
+  [[ "$flavor" == rpc ]] && tools=("${RPC_TOOLS[@]}")
   local out="$PEER_DIR/$flavor"
   local bin="$out/build/bin"
   local stamp="$out/stamp"
@@ -92,7 +99,7 @@ build_flavor() {
 
   if [[ -f "$stamp" && "$(cat "$stamp")" == "$stamp_text" && -f "$bin/libllama.so" ]]; then
     local missing=0 t
-    for t in "${TOOLS[@]}"; do [[ -x "$bin/$t" ]] || missing=1; done
+    for t in "${tools[@]}"; do [[ -x "$bin/$t" ]] || missing=1; done
     if (( missing == 0 )); then log "$flavor: up to date ($out)"; return 0; fi
   fi
 
@@ -103,8 +110,8 @@ build_flavor() {
   cmake -S "$SDIST_DIR/vendor/llama.cpp" -B "$out/build" -G Ninja \
     "${COMMON_FLAGS[@]}" $extra > "$out/configure.log" 2>&1 \
     || { cat "$out/configure.log"; return 1; }
-  log "$flavor: building ${TOOLS[*]} llama with -j$JOBS"
-  cmake --build "$out/build" -j "$JOBS" --target llama "${TOOLS[@]}"
+  log "$flavor: building ${tools[*]} llama with -j$JOBS"
+  cmake --build "$out/build" -j "$JOBS" --target llama "${tools[@]}"
   echo "$stamp_text" > "$stamp"
   log "$flavor: done in $((SECONDS - start)) s -> $bin"
 }

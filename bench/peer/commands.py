@@ -63,13 +63,14 @@ def speculative_cmd(
     ctx: int = 2048,
     flavor: str = "wheel",
     draft_model: str | os.PathLike | None = None,
+    extra: tuple[str, ...] = (),
 ) -> list[str]:
     """llama-speculative-simple with one of llama.cpp's modes: the n-gram ones (ngram-*), or
     draft-simple with a draft model (its threads the target's, its other settings llama.cpp's
     defaults)."""
     draft = [] if draft_model is None else ["-md", str(draft_model), "-td", str(threads), "-tbd", str(threads)]
     return [str(tool("llama-speculative-simple", flavor)), *_generation_args(model, prompt, n_predict, threads, ctx),
-            "--spec-type", spec_type, *draft]
+            "--spec-type", spec_type, *draft, *extra]
 
 
 def bench_cmd(

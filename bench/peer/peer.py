@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-FLAVORS = ("usual", "wheel")
+FLAVORS = ("usual", "wheel", "rpc")  # rpc: wheel + ggml's RPC backend, for bench.rpc
 BUILD_SCRIPT = Path(__file__).with_name("build_peer.sh")
 WORKER_TIMEOUT_S = 600
 

@@ -48,9 +48,12 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
         };
         ggml_tensor * seg_qkv = whole ? qkv : ggml_view_3d(ctx, qkv, channels, m, 1, qkv->nb[1], qkv->nb[2],
                                                              row0 * qkv->nb[1]);
-        // The conv sees the sequence's kept Kc-1 inputs, then its rows.
-        ggml_tensor * conv_state = ggml_reshape_3d(ctx, g.rs->conv(il, seg.seq), hp.ssm_conv_kernel - 1, channels, 1);
-        ggml_tensor * conv_input = ggml_concat(ctx, conv_state, ggml_transpose(ctx, seg_qkv), 0);  // [Kc-1+m, channels]
+        // The conv sees the sequence's kept Kc-1 inputs, then its rows. The
+        // state tensors are read as they are, [Kc-1, channels, 1] and [dk, dk,
+        // hv, 1], not through reshape nodes: a view node joins whatever split
+        // of ggml's scheduler precedes it, which on a split target can be
+        // another worker's (which then cannot resolve it).
+        ggml_tensor * conv_input = ggml_concat(ctx, g.rs->conv(il, seg.seq), ggml_transpose(ctx, seg_qkv), 0);
         ggml_tensor * conv = ggml_silu(ctx, ggml_ssm_conv(ctx, conv_input, l.ssm_conv1d));       // [channels, m, 1]
 
         auto heads = [&](int64_t n_heads, int64_t first_channel) {
@@ -61,8 +64,8 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
         ggml_tensor * k = l2_norm(ctx, heads(hk, hp.ssm_k_dim()), hp.rms_eps);
         ggml_tensor * v = heads(hv, 2 * hp.ssm_k_dim());
 
-        ggml_tensor * state = ggml_reshape_4d(ctx, g.rs->ssm(il, seg.seq), dk, dk, hv, 1);
-        ggml_tensor * result = ggml_gated_delta_net(ctx, q, k, v, rows(decay), rows(beta), state, seg.state_slots);
+        ggml_tensor * result =
+            ggml_gated_delta_net(ctx, q, k, v, rows(decay), rows(beta), g.rs->ssm(il, seg.seq), seg.state_slots);
         ggml_set_output(result);  // read again after the forward, by a rollback
         ggml_set_output(conv_input);
         const StateSources sources{il, seg.seq, result, conv_input, seg.state_slots};

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "hparams.h"
 #include "kernels/row_matmul.h"
@@ -63,7 +64,15 @@ struct ForwardGraph {
     // ggml_mul_mat's bits either way (kernels/row_matmul.h); mask: the one the
     // product is masked with next, whose -inf outputs need not be computed.
     ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) {
-        return row_mul_mat(ctx, weight, x, row_kernels, mask, &quantized_acts);
+        return row_mul_mat(ctx, weight, x, kernels_for(weight), mask, &quantized_acts);
+    }
+    // The kernel path for ops on `t` (a weight, or a view of a cache): ggspec's
+    // kernels are custom ops holding this process's function pointers, so a
+    // split target's layers on an RPC worker (their memory not this host's)
+    // run ggml's own ops, whose bits the kernels reproduce.
+    RowKernels kernels_for(const ggml_tensor * t) const {
+        const ggml_tensor * home = t->view_src ? t->view_src : t;
+        return home->buffer && !ggml_backend_buffer_is_host(home->buffer) ? RowKernels::off : row_kernels;
     }
     QuantizedActs quantized_acts;  // x quantized once for all the products that read it
 };

@@ -49,7 +49,7 @@ std::pair<ggml_tensor *, ggml_tensor *> write_kv(ForwardGraph & g, int64_t il, g
     ggml_tensor * k_written = ggml_set_rows(ctx, g.kv.k(il), ggml_reshape_2d(ctx, k, n_kv_dim, g.n_rows), in.k_idx);
     // V is stored transposed so that attention multiplies it without a copy.
     ggml_tensor * v_written = set_columns(ctx, vc, ggml_reshape_2d(ctx, v, n_kv_dim, g.n_rows), in.k_idx, in.v_idx,
-                                          g.row_kernels);
+                                          g.kernels_for(vc));
     return {k_written, v_written};
 }
 
@@ -78,12 +78,12 @@ ggml_tensor * attend_views(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_t
     ggml_tensor * mask = in.mask;
     if (in.regions) {  // several sequences' rows: each attends over its own region's keys
         if (ggml_tensor * heads = batched_attention(ctx, q, kcache, vcache, mask, in.regions, hp.kq_scale,
-                                                    g.row_kernels)) {
+                                                    g.kernels_for(kcache))) {
             return heads;
         }
     }
     ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3), mask);  // [n_kv, n, n_head]
-    kq = masked_soft_max(ctx, kq, mask, hp.kq_scale, g.row_kernels);
+    kq = masked_soft_max(ctx, kq, mask, hp.kq_scale, g.kernels_for(kcache));
     ggml_tensor * kqv = g.matmul(vcache, kq);  // [hd, n, n_head]
     return ggml_cont_2d(ctx, ggml_permute(ctx, kqv, 0, 2, 1, 3), hp.head_dim_of(il) * hp.n_head, g.n_rows);
 }

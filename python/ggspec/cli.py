@@ -1,4 +1,5 @@
-"""The `ggspec` command line: `ggspec generate -p "..."`, `ggspec serve`, `ggspec info MODEL`.
+"""The `ggspec` command line: `ggspec generate -p "..."`, `ggspec serve`, `ggspec info MODEL`,
+`ggspec rpc-server` (a worker a split target's layers run on).
 
 Bad input (a missing model, a file that is not GGUF, --chat without a template,
 a prompt longer than the context, a bad flag) prints one line and exits non-zero.
@@ -70,8 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when the text produces TEXT, which is not printed (repeatable)")
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (text, tokens, prompt_tokens, stats) instead of streaming")
+    _add_split_arguments(g)
     add_spec_arguments(g)
     _add_serve_parser(commands)
+    _add_rpc_server_parser(commands)
     i = commands.add_parser("info", help="what a GGUF file is and what ggspec can do with it",
                             description="Architecture, layers, context, tokenizer, quantization mix, drafters, "
                                         "the --spec-type values that can serve it, and what ggspec refuses in it.")
@@ -99,7 +102,55 @@ def _add_serve_parser(commands) -> None:
     s.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY') on every endpoint but /health "
                         "and the chat page's files")
+    _add_split_arguments(s)
     add_spec_arguments(s)
+
+
+def _add_split_arguments(p) -> None:
+    p.add_argument("--rpc", metavar="HOST:PORT[,...]",
+                   help="split the model's layers over these ggml RPC workers (`ggspec rpc-server`), in order, "
+                        "the rest on this host; drafters stay here")
+    p.add_argument("--tensor-split", metavar="A,B,...",
+                   help="layer shares: one per --rpc worker, then this host's (default: by free memory)")
+    p.add_argument("--rpc-timeout", type=float, default=0.0, metavar="SECONDS",
+                   help="end with an error when a worker does not answer for this long (default 0: wait)")
+
+
+def _split_options(args) -> dict:
+    if args.rpc is None:
+        if args.tensor_split is not None:
+            raise ValueError("--tensor-split needs --rpc")
+        return {}
+    try:
+        shares = None if args.tensor_split is None else [float(x) for x in args.tensor_split.split(",")]
+    except ValueError:
+        raise ValueError(f"--tensor-split must be numbers separated by commas, got {args.tensor_split!r}") from None
+    if not 0 <= args.rpc_timeout < float("inf"):
+        raise ValueError(f"--rpc-timeout must be a number of seconds >= 0, got {args.rpc_timeout}")
+    return {"rpc": args.rpc, "tensor_split": shares, "rpc_timeout_s": args.rpc_timeout, "device": "cpu"}
+
+
+def _add_rpc_server_parser(commands) -> None:
+    r = commands.add_parser("rpc-server", help="serve this host's CPU to ggspec clients as a ggml RPC worker",
+                            description="A ggml RPC worker: clients run with --rpc HOST:PORT place layers on it. "
+                                        "The protocol has NO authentication: anyone who reaches the port can run "
+                                        "code-like graphs and read this process's memory. Keep it on 127.0.0.1 or a "
+                                        "trusted network. SIGTERM or SIGINT stop it at once.")
+    r.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    r.add_argument("--port", type=int, default=50052, help="port (default 50052)")
+    r.add_argument("-t", "--threads", type=_positive(int), help="CPU threads (default: physical cores)")
+    r.add_argument("--cache", metavar="DIR",
+                   help="keep large tensors clients send here, by hash: a client that comes back sends only hashes")
+
+
+def _rpc_server(args) -> None:
+    from ggspec.native.rpc import serve
+    from ggspec.native.target import physical_cores
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"ggspec rpc-server: warning: listening on {args.host}: the RPC protocol has no authentication; "
+              "anyone who reaches this port can use this machine", file=sys.stderr)
+    serve(args.host, args.port, args.threads or physical_cores(), args.cache)
 
 
 def _read_prompt(args) -> str:
@@ -124,7 +175,8 @@ def _generate(args) -> None:
     spec = spec_options_from(args)  # before loading: a bad flag or variable fails fast
     prompt = _read_prompt(args)
     # one request: nothing later could reuse its prefix
-    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads, prefix_cache_mb=None, **target_options_from())
+    model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads, prefix_cache_mb=None,
+                  **target_options_from(), **_split_options(args))
     run = stream(model, prompt, max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k,
                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, chat=args.chat,
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",
@@ -150,7 +202,7 @@ def _serve(args) -> None:
         raise ValueError("--api-key must not be empty")
     config = ServerConfig(model_path=args.model, alias=args.alias, slots=args.slots, n_ctx=args.ctx,
                           n_threads=args.threads, spec=spec, max_queue=args.max_queue, api_key=args.api_key,
-                          target_options=target_options_from())
+                          target_options={**target_options_from(), **_split_options(args)})
     serve(config, host=args.host, port=args.port)
 
 
@@ -182,6 +234,9 @@ def _stats_line(s: dict, load_seconds: float) -> str:
     line += (f"\nggspec: prompt {s['prompt_tokens']} tokens at {s['prompt_tokens_per_second']:.1f} tok/s, "
             f"generated {s['gen_tokens']} at {s['gen_tokens_per_second']:.1f} tok/s, "
             f"stop: {s['stop']}, seed {s['seed']}")
+    if s["rpc_round_trips"]:
+        line += (f"\nggspec: rpc: {s['rpc_round_trips']} round trips to the workers "
+                 f"({s['rpc_round_trips_per_token']:.1f} per token), {s['rpc_bytes'] / 1e6:.2f} MB")
     if s["decline_reason"]:
         line += f"\nggspec: speculation declined ({s['decline_reason']}); decoding plain"
     elif s["spec_type"] != "none":
@@ -202,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             _serve(args)
         elif args.command == "info":
             _info(args)
+        elif args.command == "rpc-server":
+            _rpc_server(args)
     except (ValueError, OSError) as e:  # the library's errors on bad input: one line, no traceback
         message = " ".join(str(e).split())
         print(f"ggspec: error: {message}", file=sys.stderr)

@@ -4,38 +4,8 @@
 #
 #   CMAKE_ARGS="-DGGML_VULKAN=on" pip install .
 #   CMAKE_ARGS="-DGGSPEC_GGML_FROM_SOURCE=on -DGGML_NATIVE=on ..." pip install .
-#
-# GGSPEC_GGML_SDIST_DIR may name an already extracted sdist; otherwise pip
-# downloads it from PyPI into the build folder.
 
-set(GGSPEC_GGML_SDIST_DIR "" CACHE PATH "extracted libggml-python ${GGSPEC_LIBGGML_VERSION} sdist")
-
-if(NOT GGSPEC_GGML_SDIST_DIR)
-  set(_ggspec_dl "${CMAKE_BINARY_DIR}/libggml-sdist")
-  file(GLOB _ggspec_src "${_ggspec_dl}/src/libggml_python-*")
-  if(NOT _ggspec_src)
-    message(STATUS "ggspec: downloading the libggml-python==${GGSPEC_LIBGGML_VERSION} sdist")
-    # --no-binary names the one package: with :all: pip would also build the
-    # sdist's build tools (cmake, ninja) from source just to read its metadata.
-    # CMAKE_ARGS is dropped so that metadata step does not see our backend flags.
-    execute_process(
-      COMMAND "${CMAKE_COMMAND}" -E env --unset=CMAKE_ARGS
-              "${Python_EXECUTABLE}" -m pip download --no-deps --no-binary=libggml-python
-              "libggml-python==${GGSPEC_LIBGGML_VERSION}" -d "${_ggspec_dl}"
-      RESULT_VARIABLE _ggspec_rc)
-    file(GLOB _ggspec_tgz "${_ggspec_dl}/libggml_python-*.tar.gz")
-    if(NOT _ggspec_rc EQUAL 0 OR NOT _ggspec_tgz)
-      message(FATAL_ERROR "ggspec: could not download the libggml-python sdist; "
-                          "pass -DGGSPEC_GGML_SDIST_DIR=<extracted sdist>")
-    endif()
-    file(ARCHIVE_EXTRACT INPUT "${_ggspec_tgz}" DESTINATION "${_ggspec_dl}/src")
-    file(GLOB _ggspec_src "${_ggspec_dl}/src/libggml_python-*")
-  endif()
-  set(GGSPEC_GGML_SDIST_DIR "${_ggspec_src}")
-endif()
-if(NOT EXISTS "${GGSPEC_GGML_SDIST_DIR}/ggml/CMakeLists.txt")
-  message(FATAL_ERROR "ggspec: ${GGSPEC_GGML_SDIST_DIR} is not an extracted libggml-python sdist")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/sdist.cmake)
 
 # Unless the caller says otherwise, the CPU side matches the wheel: no
 # -march=native (it faults on hosts that report AMX without supporting it),
@@ -51,7 +21,13 @@ set(GGML_LLAMAFILE OFF CACHE BOOL "")
 set(GGML_BUILD_TESTS OFF CACHE BOOL "")
 set(GGML_BUILD_EXAMPLES OFF CACHE BOOL "")
 set(BUILD_SHARED_LIBS ON)
+# ggspec compiles ggml's RPC backend into its own module (rpc.cmake), in this
+# mode as with the wheel: ggml's copy stays out (a normal variable shadows the
+# GGML_RPC option inside ggml's build, CMP0077).
+set(_ggspec_rpc ${GGML_RPC})
+set(GGML_RPC OFF)
 add_subdirectory("${GGSPEC_GGML_SDIST_DIR}/ggml" ggml-build EXCLUDE_FROM_ALL)
+set(GGML_RPC ${_ggspec_rpc})
 
 set(_ggspec_ggml_libs ggml ggml-base ggml-cpu)
 foreach(_b ggml-cuda ggml-vulkan ggml-metal ggml-blas)

@@ -12,6 +12,7 @@ from ggspec.engine.planner import SpeculationPlan
 from ggspec.engine.prefix_cache import SequencePrefix
 from ggspec.engine.sampling import Sampler
 from ggspec.engine.stream import Generation, Request
+from ggspec.native.rpc import wire_counters
 from ggspec.text import StreamDecoder
 from ggspec.text.stop_strings import StopStrings
 
@@ -27,11 +28,13 @@ class RequestRun:
         self.stop: str | None = None
         self.max_batch_slots = 1      # the most sequences that shared one forward with this one
         self.clock = _Clock()
+        self.wire = wire_counters()  # RPC traffic from the start (a split target's)
 
     def start(self, slot: int = 0) -> None:
         """The request runs from now on, on sequence `slot`."""
         self.request.started(slot, self.execution.stats.spec_type)
         self.clock.start()
+        self.wire = wire_counters()
 
     def take(self, step: list[int]) -> None:
         """A step's emitted tokens: streamed until an end-of-generation token or a stop
@@ -88,6 +91,12 @@ class RequestRun:
         stats["reused_prompt_tokens"] = prefix.reused if prefix else 0
         stats["prefix_source"] = prefix.source if prefix else None
         stats["max_batch_slots"] = self.max_batch_slots
+        # What a split target's steps cost on the network while this request ran (the
+        # process's RPC connections: with several slots, the steps they shared).
+        moved = wire_counters() - self.wire
+        stats["rpc_round_trips"] = moved.round_trips
+        stats["rpc_bytes"] = moved.bytes_sent + moved.bytes_received
+        stats["rpc_round_trips_per_token"] = moved.round_trips / len(tokens) if tokens else 0.0
         stats.update(self.execution.stats.as_dict())
         logprobs = list(request.token_logprobs) if request.logprobs is not None else None
         result = Generation("".join(self.pieces), list(tokens), list(request.prompt_ids), stats, logprobs)

@@ -134,6 +134,8 @@ class Target:
     #: the multi-row kernel path this target chose: "vnni", "avx2" or "off" (each weight
     #: type runs on it where it has a kernel whose probe matched ggml's bits: lm_head_row_kernel)
     row_kernels = property(lambda self: self._core.row_kernels)
+    #: where the trunk's layers run: "layers 0-11 on CPU", or runs of them on RPC workers
+    placement = property(lambda self: self._core.placement)
 
     @property
     def draft_head(self) -> DraftHead | None:
@@ -450,6 +452,16 @@ def _row_kernels(choice: bool | str) -> str:
     return choice  # checked by the core, which knows what this CPU runs
 
 
+def _endpoints(rpc: str | Sequence[str] | None) -> list[str]:
+    if rpc is None:
+        return []
+    items = rpc.split(",") if isinstance(rpc, str) else list(rpc)
+    endpoints = [str(e).strip() for e in items]
+    if not all(endpoints):
+        raise ValueError(f"rpc lists an empty worker: {rpc!r}")
+    return endpoints
+
+
 def load(
     path: str | os.PathLike,
     *,
@@ -463,6 +475,9 @@ def load(
     row_kernels: bool | str = "auto",
     recurrent_rollback: str = "snapshots",
     recurrent_snapshot_mb: float = 512.0,
+    rpc: str | Sequence[str] | None = None,
+    tensor_split: Sequence[float] | None = None,
+    rpc_timeout_s: float = 0.0,
 ) -> Target:
     """Loads a GGUF model as a speculative-decoding target.
 
@@ -483,6 +498,13 @@ def load(
     (restore the pre-verify state and re-forward the kept rows).
     recurrent_snapshot_mb: the memory a verify's per-row recurrent states may take; it
     bounds a recurrent trunk's verify rows (max_verify_rows), hence the draft window.
+    rpc: ggml RPC workers ("host:port", a list or comma-separated; `ggspec rpc-server` runs
+    one) to split the trunk's layers over: runs of layers on each worker in order, the rest
+    on this host's CPU, with the embedding, LM head and drafters local. Each is probed
+    first (ValueError naming one that does not answer). tensor_split: the layer shares, one
+    per worker then one for this host (default: by free memory). rpc_timeout_s: a worker
+    that does not answer for this long ends the process with a line naming it (0: wait).
+    `target.placement` says where each layer runs.
 
     Raises ModelFormatError for a corrupt, truncated or unsupported file.
     """
@@ -501,7 +523,8 @@ def load(
                         graph_budget_mb=0.0 if graph_budget_mb is None else float(graph_budget_mb),
                         row_kernels=_row_kernels(row_kernels),
                         recurrent_rollback=recurrent_rollback,
-                        recurrent_snapshot_mb=float(recurrent_snapshot_mb))
+                        recurrent_snapshot_mb=float(recurrent_snapshot_mb), rpc=_endpoints(rpc),
+                        tensor_split=[float(x) for x in tensor_split or []], rpc_timeout_s=float(rpc_timeout_s))
     return Target(core, path, kv_type)
 
 

@@ -40,6 +40,8 @@ def timings(stats: dict[str, Any]) -> dict[str, Any]:
         "mean_acceptance_length": stats["mean_acceptance_length"],
         "spec_decline_reason": stats["decline_reason"],
         "governor_parked_steps": stats["governor_parked_steps"],
+        "rpc_round_trips": stats["rpc_round_trips"],
+        "rpc_bytes": stats["rpc_bytes"],
         "seed": stats["seed"],
     }
 

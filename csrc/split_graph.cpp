@@ -1,0 +1,101 @@
+#include "split_graph.h"
+
+#include <stdexcept>
+
+#include "errors.h"
+#include "log.h"
+
+namespace ggspec {
+
+namespace {
+
+bool is_custom(const ggml_tensor * t) {
+    return t->op == GGML_OP_CUSTOM || t->op == GGML_OP_MAP_CUSTOM1 || t->op == GGML_OP_MAP_CUSTOM2 ||
+           t->op == GGML_OP_MAP_CUSTOM3;
+}
+
+bool is_view(const ggml_tensor * t) {
+    return t->op == GGML_OP_VIEW || t->op == GGML_OP_RESHAPE || t->op == GGML_OP_PERMUTE ||
+           t->op == GGML_OP_TRANSPOSE;
+}
+
+// ggml's scheduler starts no split at a view node: a view joins the split
+// before it, and ggml's RPC client sends it to that split's worker, which drops
+// the connection over a tensor in another worker's memory ("invalid data ptr").
+// A builder that makes such a view (of a cache or state tensor, placed early in
+// the graph) is caught here, before anything is sent.
+void check_views_resolve(ggml_backend_sched_t sched, ggml_cgraph * graph, ggml_backend_t local) {
+    ggml_backend_t current = nullptr;
+    for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
+        ggml_tensor * t = ggml_graph_node(graph, i);
+        if (!is_view(t)) {
+            current = ggml_backend_sched_get_tensor_backend(sched, t);
+            continue;
+        }
+        const ggml_backend_buffer_t home = t->view_src ? t->view_src->buffer : nullptr;
+        if (!current || current == local || !home || ggml_backend_buffer_is_host(home)) continue;
+        if (!ggml_backend_supports_buft(current, ggml_backend_buffer_get_type(home))) {
+            throw std::logic_error(std::string("a split forward graph views '") + t->view_src->name + "' (on " +
+                                   ggml_backend_buffer_name(home) + ") inside a split of " +
+                                   ggml_backend_name(current) + ", which cannot resolve it");
+        }
+    }
+}
+
+}  // namespace
+
+ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
+                                          const std::vector<ggml_tensor *> & layer_inputs,
+                                          const std::vector<StateSources> & sources, const ModelWeights & w,
+                                          const RecurrentState * rs, std::vector<ggml_backend_t> backends,
+                                          ggml_backend_t local, const std::string & what) {
+    // Its hash set holds the graph's leaves (weights, inputs) as well as its nodes.
+    ggml_backend_sched_t sched =
+        ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 2 * max_nodes, false, false);
+    auto holder = [&](const ggml_tensor * t) -> ggml_backend_t {
+        if (!t || !t->buffer) return nullptr;
+        for (ggml_backend_t b : backends) {
+            if (ggml_backend_supports_buft(b, ggml_backend_buffer_get_type(t->buffer))) return b;
+        }
+        return nullptr;
+    };
+    try {
+        for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
+            ggml_tensor * t = ggml_graph_node(graph, i);
+            // ggspec's kernels are custom ops holding this process's function
+            // pointers: they run here (the builders give the workers' layers
+            // none: ForwardGraph::kernels_for).
+            if (is_custom(t)) ggml_backend_sched_set_tensor_backend(sched, t, local);
+        }
+        // The residual entering layer il crosses to layer il's device alone: what
+        // reads it (its norm, the residual add) runs there. The scheduler would
+        // put the norm, which has no weight, on the device before, and send both.
+        for (size_t il = 1; il < layer_inputs.size(); ++il) {
+            ggml_backend_t b = holder(w.layers[il].attn_norm);
+            for (int i = 0; b && i < ggml_graph_n_nodes(graph); ++i) {
+                ggml_tensor * t = ggml_graph_node(graph, i);
+                if (t->src[0] == layer_inputs[il] && (t->op == GGML_OP_RMS_NORM || t->op == GGML_OP_NORM)) {
+                    ggml_backend_sched_set_tensor_backend(sched, t, b);
+                }
+            }
+        }
+        // A verify's per-row states stay where the layer's state lives, so that
+        // committing one is a copy on that device (StateCommitGraph).
+        for (const StateSources & src : sources) {
+            ggml_backend_t b = holder(rs->ssm(src.il, src.seq));
+            ggml_backend_sched_set_tensor_backend(sched, src.delta_net, b);
+            ggml_backend_sched_set_tensor_backend(sched, src.conv_input, b);
+        }
+        LogCapture quiet;
+        if (!ggml_backend_sched_alloc_graph(sched, graph)) {
+            throw AllocationError("cannot allocate the working memory of " + what);
+        }
+        check_views_resolve(sched, graph, local);
+    } catch (...) {
+        ggml_backend_sched_free(sched);
+        throw;
+    }
+    return sched;
+}
+
+}  // namespace ggspec

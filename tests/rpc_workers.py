@@ -1,0 +1,60 @@
+"""ggml RPC workers (`ggspec rpc-server`) for a test or a benchmark: on 127.0.0.1,
+each on a free port, started and stopped by the caller, every wait bounded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RpcWorker:
+    def __init__(self, log: Path, threads: int = 1, cache: Path | None = None, start_timeout: float = 60):
+        self.port = free_port()
+        self.endpoint = f"127.0.0.1:{self.port}"
+        self.log = log
+        self._log_file = open(log, "w")
+        extra = ["--cache", str(cache)] if cache else []
+        self.proc = subprocess.Popen([sys.executable, "-m", "ggspec", "rpc-server", "--port", str(self.port),
+                                      "-t", str(threads), *extra], stdout=self._log_file, stderr=subprocess.STDOUT,
+                                     cwd=str(REPO), env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        deadline = time.monotonic() + start_timeout
+        while not self._listening():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"rpc-server exited with {self.proc.returncode}:\n{log.read_text()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rpc-server did not listen in {start_timeout} s:\n{log.read_text()}")
+            time.sleep(0.05)
+
+    def _listening(self) -> bool:
+        """A bare connection, closed at once: the worker drops it and waits for the next."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10) -> float:
+        """Signals the worker and returns how long it took to exit."""
+        start = time.monotonic()
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout)
+        self._log_file.close()
+        return time.monotonic() - start
