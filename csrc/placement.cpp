@@ -63,7 +63,8 @@ Placement::Placement(ggml_backend_dev_t local, ggml_backend_t local_backend, int
         rpc::probe_worker(endpoint, kProbeSeconds);
         rpc::exit_cleanly_on_lost_worker();
         rpc::set_answer_timeout(answer_timeout_s);
-        Worker w{endpoint, rpc::worker_device(endpoint), nullptr};
+        Worker w{endpoint, rpc::worker_device(endpoint), nullptr, nullptr};
+        w.connection.reset(ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(w.dev), 1));
         w.backend.reset(ggml_backend_dev_init(w.dev, nullptr));
         if (!w.backend) throw std::runtime_error("cannot start a backend on RPC worker " + endpoint);
         workers_.push_back(std::move(w));

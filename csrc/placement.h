@@ -42,6 +42,9 @@ private:
         std::string endpoint;
         ggml_backend_dev_t dev;
         ggml_backend_ptr backend;
+        // ggml's RPC client keeps a worker's connection while a buffer on it
+        // lives: without one, each query before the weights' opened its own.
+        ggml_backend_buffer_ptr connection;
     };
     ggml_backend_dev_t local_;
     ggml_backend_t local_backend_;
