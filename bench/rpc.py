@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -48,7 +47,7 @@ from bench.peer.commands import completion_cmd, speculative_cmd
 from bench.peer.generation_stats import completion_stats, run_for_stats, speculative_stats
 from bench.peer.peer import ensure_built, tool
 from bench.spec_run import prompt_ids, prompt_text
-from tests.rpc_workers import RpcWorker, free_port
+from tests.rpc_workers import RpcWorker
 
 PROMPT = "doc-repeat"
 
@@ -59,25 +58,10 @@ def ggspec_run(model: str, prompt_file: Path, tokens: int, threads: int, flags: 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"ggspec exited with {proc.returncode}:\n{proc.stderr[-2000:]}")
-    s = json.loads(proc.stdout)["stats"]
+    out = json.loads(proc.stdout)
+    s = out["stats"]
     return {"tokens_per_second": s["gen_tokens_per_second"], "round_trips_per_token": s["rpc_round_trips_per_token"],
-            "tokens": json.loads(proc.stdout)["tokens"]}
-
-
-class LlamaWorker:
-    """llama.cpp's ggml-rpc-server on a free loopback port."""
-
-    def __init__(self, threads: int, log: Path):
-        self.port = free_port()
-        self._log = open(log, "w")
-        self.proc = subprocess.Popen([str(tool("ggml-rpc-server", "rpc")), "-H", "127.0.0.1", "-p", str(self.port),
-                                      "-t", str(threads)], stdout=self._log, stderr=subprocess.STDOUT)
-        time.sleep(1.0)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
-        self._log.close()
+            "tokens": out["tokens"]}
 
 
 def configs(args, endpoints: list[str], llama_endpoints: list[str], text: str) -> dict:
@@ -105,14 +89,15 @@ def configs(args, endpoints: list[str], llama_endpoints: list[str], text: str) -
 
 def measure(args, latency_ms: float, text: str, log_dir: Path) -> dict[str, list[dict]]:
     with ExitStack() as stack:
-        workers = [RpcWorker(log_dir / f"ggspec-worker{i}.log", threads=args.threads, cache=log_dir / "cache")
+        workers = [RpcWorker(log_dir / f"ggspec-worker{i}.log", args.threads, ("--cache", str(log_dir / "cache")))
                    for i in range(2)]
         stack.callback(lambda: [w.stop() for w in workers])
         delay = latency_ms / 2000.0
         endpoints = [stack.enter_context(LatencyProxy(w.port, delay)).endpoint for w in workers]
         llama_endpoints = []
         if args.peer:
-            llama = [LlamaWorker(args.threads, log_dir / f"llama-worker{i}.log") for i in range(2)]
+            llama = [RpcWorker(log_dir / f"llama-worker{i}.log", args.threads,
+                               program=[str(tool("ggml-rpc-server", "rpc"))]) for i in range(2)]
             stack.callback(lambda: [w.stop() for w in llama])
             llama_endpoints = [stack.enter_context(LatencyProxy(w.port, delay)).endpoint for w in llama]
         if args.block:

@@ -275,9 +275,6 @@ void translate(std::exception_ptr p) {
 void bind_rpc(py::module_ & m) {
 #ifdef GGSPEC_RPC
     m.attr("rpc_available") = true;
-    m.def("rpc_probe", &rpc::probe_worker, py::arg("endpoint"), py::arg("timeout_s"),
-          py::call_guard<py::gil_scoped_release>(),
-          "Checks that host:port answers ggml's RPC handshake in this build's protocol; ValueError naming it if not.");
     m.def("rpc_serve", &rpc::serve, py::arg("endpoint"), py::arg("cache_dir"), py::arg("n_threads"),
           py::call_guard<py::gil_scoped_release>(), "Serves this host's CPU to RPC clients; returns only on failure.");
     m.def("rpc_wire_counters", [] {

@@ -32,6 +32,13 @@ void allocate_graph(ggml_gallocr_t allocator, ggml_cgraph * graph, const std::st
     }
 }
 
+ggml_backend_t backend_holding(const std::vector<ggml_backend_t> & backends, ggml_backend_buffer_t buffer) {
+    for (ggml_backend_t b : backends) {
+        if (buffer && ggml_backend_supports_buft(b, ggml_backend_buffer_get_type(buffer))) return b;
+    }
+    return nullptr;
+}
+
 PlacedTensors::~PlacedTensors() {
     for (ggml_backend_buffer_t b : buffers_) ggml_backend_buffer_free(b);
     for (auto & c : contexts_) ggml_free(c.second);

@@ -22,6 +22,10 @@ inline LayerBufts on_one_device(ggml_backend_dev_t dev, int64_t n_layer) {
     return LayerBufts((size_t) n_layer, ggml_backend_dev_buffer_type(dev));
 }
 
+// The first of `backends` that can compute on `buffer`'s memory (a split
+// target's worker, or the local device); null: none.
+ggml_backend_t backend_holding(const std::vector<ggml_backend_t> & backends, ggml_backend_buffer_t buffer);
+
 // Tensors kept per layer on the layer's device: a context and a buffer per
 // buffer type. Make the tensors in context_for(), then allocate() them all.
 class PlacedTensors {

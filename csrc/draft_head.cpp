@@ -17,7 +17,10 @@ void DraftHead::set_n_seqs(int64_t n, KvCache * trunk_kv) {
     kv_.reset();
     opt_.n_seqs = n;
     opt_.trunk_kv = trunk_kv;
-    if (!m_.reads_trunk_kv) kv_ = std::make_unique<KvCache>(on_one_device(dev_, m_.hp.n_layer), m_.hp, opt_.n_ctx, opt_.max_rows, opt_.kv_type, n);
+    if (!m_.reads_trunk_kv) {
+        kv_ = std::make_unique<KvCache>(on_one_device(dev_, m_.hp.n_layer), m_.hp, opt_.n_ctx, opt_.max_rows,
+                                        opt_.kv_type, n);
+    }
     KvCache & kv = kv_ ? *kv_ : *trunk_kv;
     auto body = [&](const BuildBody & build, int64_t width) {
         ModelBody b{m_.hp, m_.w, kv, nullptr, build, width};

@@ -107,17 +107,15 @@ StateCommitGraph::StateCommitGraph(const std::vector<ggml_backend_t> & backends,
         if (forward.seq != seq) continue;
         // The device whose memory holds this layer's results and state (a split
         // target's worker): its copies run there, as a graph of their own.
-        ggml_backend_buffer_type_t buft = ggml_backend_buffer_get_type(forward.delta_net->buffer);
-        auto on = std::find_if(backends.begin(), backends.end(),
-                               [&](ggml_backend_t b) { return ggml_backend_supports_buft(b, buft); });
-        if (on == backends.end()) throw std::logic_error("no backend holds a recurrent layer's state");
-        auto part = std::find_if(parts_.begin(), parts_.end(), [&](const Part & p) { return p.backend == *on; });
+        ggml_backend_t on = backend_holding(backends, forward.delta_net->buffer);
+        if (!on) throw std::logic_error("no backend holds a recurrent layer's state");
+        auto part = std::find_if(parts_.begin(), parts_.end(), [&](const Part & p) { return p.backend == on; });
         if (part == parts_.end()) {
             const size_t max_nodes = 8 * sources.size() + 8;  // two aliases, two views, two copies per layer
             ggml_init_params params = {ggml_tensor_overhead() * max_nodes + ggml_graph_overhead_custom(max_nodes, false),
                                        nullptr, true};
             Part p;
-            p.backend = *on;
+            p.backend = on;
             p.ctx.reset(ggml_init(params));
             p.graph = ggml_new_graph_custom(p.ctx.get(), max_nodes, false);
             part = parts_.insert(parts_.end(), std::move(p));

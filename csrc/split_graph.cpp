@@ -1,7 +1,9 @@
 #include "split_graph.h"
 
 #include <stdexcept>
+#include <unordered_map>
 
+#include "buffers.h"
 #include "errors.h"
 #include "log.h"
 
@@ -52,13 +54,16 @@ ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
     // Its hash set holds the graph's leaves (weights, inputs) as well as its nodes.
     ggml_backend_sched_t sched =
         ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 2 * max_nodes, false, false);
-    auto holder = [&](const ggml_tensor * t) -> ggml_backend_t {
-        if (!t || !t->buffer) return nullptr;
-        for (ggml_backend_t b : backends) {
-            if (ggml_backend_supports_buft(b, ggml_backend_buffer_get_type(t->buffer))) return b;
+    // The residual entering layer il crosses to layer il's device alone: what
+    // reads it (its norm, the residual add) runs there. The scheduler would put
+    // the norm, which has no weight, on the device before, and send both.
+    std::unordered_map<const ggml_tensor *, ggml_backend_t> layer_device;
+    for (size_t il = 1; il < layer_inputs.size(); ++il) {
+        const ggml_tensor * norm = w.layers[il].attn_norm;
+        if (ggml_backend_t b = norm ? backend_holding(backends, norm->buffer) : nullptr) {
+            layer_device[layer_inputs[il]] = b;
         }
-        return nullptr;
-    };
+    }
     try {
         for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
             ggml_tensor * t = ggml_graph_node(graph, i);
@@ -66,23 +71,15 @@ ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
             // pointers: they run here (the builders give the workers' layers
             // none: ForwardGraph::kernels_for).
             if (is_custom(t)) ggml_backend_sched_set_tensor_backend(sched, t, local);
-        }
-        // The residual entering layer il crosses to layer il's device alone: what
-        // reads it (its norm, the residual add) runs there. The scheduler would
-        // put the norm, which has no weight, on the device before, and send both.
-        for (size_t il = 1; il < layer_inputs.size(); ++il) {
-            ggml_backend_t b = holder(w.layers[il].attn_norm);
-            for (int i = 0; b && i < ggml_graph_n_nodes(graph); ++i) {
-                ggml_tensor * t = ggml_graph_node(graph, i);
-                if (t->src[0] == layer_inputs[il] && (t->op == GGML_OP_RMS_NORM || t->op == GGML_OP_NORM)) {
-                    ggml_backend_sched_set_tensor_backend(sched, t, b);
-                }
+            if (t->op == GGML_OP_RMS_NORM || t->op == GGML_OP_NORM) {
+                auto it = layer_device.find(t->src[0]);
+                if (it != layer_device.end()) ggml_backend_sched_set_tensor_backend(sched, t, it->second);
             }
         }
         // A verify's per-row states stay where the layer's state lives, so that
         // committing one is a copy on that device (StateCommitGraph).
         for (const StateSources & src : sources) {
-            ggml_backend_t b = holder(rs->ssm(src.il, src.seq));
+            ggml_backend_t b = backend_holding(backends, rs->ssm(src.il, src.seq)->buffer);
             ggml_backend_sched_set_tensor_backend(sched, src.delta_net, b);
             ggml_backend_sched_set_tensor_backend(sched, src.conv_input, b);
         }

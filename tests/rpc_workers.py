@@ -1,5 +1,6 @@
-"""ggml RPC workers (`ggspec rpc-server`) for a test or a benchmark: on 127.0.0.1,
-each on a free port, started and stopped by the caller, every wait bounded."""
+"""ggml RPC workers (`ggspec rpc-server`, or llama.cpp's `ggml-rpc-server` for the
+peer) for a test or a benchmark: on 127.0.0.1, each on a free port, started and
+stopped by the caller, every wait bounded."""
 
 from __future__ import annotations
 
@@ -21,21 +22,25 @@ def free_port() -> int:
 
 
 class RpcWorker:
-    def __init__(self, log: Path, threads: int = 1, cache: Path | None = None, start_timeout: float = 60):
+    """program: the server's command before its options (default `ggspec rpc-server`); both
+    servers take -H HOST -p PORT -t THREADS. extra: more options (ggspec's --cache DIR)."""
+
+    def __init__(self, log: Path, threads: int = 1, extra: tuple[str, ...] = (), program: list[str] | None = None,
+                 start_timeout: float = 60):
         self.port = free_port()
         self.endpoint = f"127.0.0.1:{self.port}"
         self.log = log
         self._log_file = open(log, "w")
-        extra = ["--cache", str(cache)] if cache else []
-        self.proc = subprocess.Popen([sys.executable, "-m", "ggspec", "rpc-server", "--port", str(self.port),
-                                      "-t", str(threads), *extra], stdout=self._log_file, stderr=subprocess.STDOUT,
-                                     cwd=str(REPO), env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        program = program or [sys.executable, "-m", "ggspec", "rpc-server"]
+        self.proc = subprocess.Popen([*program, "-H", "127.0.0.1", "-p", str(self.port), "-t", str(threads), *extra],
+                                     stdout=self._log_file, stderr=subprocess.STDOUT, cwd=str(REPO),
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
         deadline = time.monotonic() + start_timeout
         while not self._listening():
             if self.proc.poll() is not None:
-                raise RuntimeError(f"rpc-server exited with {self.proc.returncode}:\n{log.read_text()}")
+                raise RuntimeError(f"{program[-1]} exited with {self.proc.returncode}:\n{log.read_text()}")
             if time.monotonic() > deadline:
-                raise TimeoutError(f"rpc-server did not listen in {start_timeout} s:\n{log.read_text()}")
+                raise TimeoutError(f"{program[-1]} did not listen in {start_timeout} s:\n{log.read_text()}")
             time.sleep(0.05)
 
     def _listening(self) -> bool:

@@ -136,8 +136,8 @@ def _add_rpc_server_parser(commands) -> None:
                                         "The protocol has NO authentication: anyone who reaches the port can run "
                                         "code-like graphs and read this process's memory. Keep it on 127.0.0.1 or a "
                                         "trusted network. SIGTERM or SIGINT stop it at once.")
-    r.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    r.add_argument("--port", type=int, default=50052, help="port (default 50052)")
+    r.add_argument("-H", "--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    r.add_argument("-p", "--port", type=int, default=50052, help="port (default 50052)")
     r.add_argument("-t", "--threads", type=_positive(int), help="CPU threads (default: physical cores)")
     r.add_argument("--cache", metavar="DIR",
                    help="keep large tensors clients send here, by hash: a client that comes back sends only hashes")
