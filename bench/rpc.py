@@ -1,7 +1,7 @@
 """A target split over two ggml RPC workers on this host, with a network delay.
 
     python -m bench.rpc [--model M.gguf] [--latency-ms 0,1,5] [--pairs 3] [--tokens 128]
-                        [-t 1] [--draft-model D.gguf] [--peer] [--block]
+                        [-t 1] [--draft-model D.gguf] [--peer] [--block] [--verify-cost]
 
 Two `ggspec rpc-server -t T` workers, each behind a latency proxy
 (bench/latency_proxy.py: every byte waits half the round trip, each way). The
@@ -23,6 +23,11 @@ on the document suite's doc-repeat prompt, greedy. Reported: medians of
 generated tokens/s, their ratio to ggspec's split plain, and ggspec's round trips
 per generated token (its stats: rpc_round_trips_per_token).
 
+--verify-cost prints what a k-row verify (the LM head on every row) costs against
+a one-row step, after a 200-token context, with no delay: local, on two ggspec
+workers (their kernels), and on two `--no-kernels` workers (ggml's ops, as on
+llama.cpp's workers); medians of --pairs rounds, the order rotated each round.
+
 --block adds a block drafter: bench.dflash_bench's random DFlash2 (tapping target
 layers 1, 4 and 6) on its synthetic qwen35 (8 layers, f16), in this process,
 local and split, plain and at synthetic acceptance 0.8 (its drafts are random:
@@ -33,11 +38,13 @@ the network bytes and round trips per step, the drafter's taps among them.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -137,6 +144,45 @@ def block_runs(args, endpoints: list[str]) -> None:
         del target
 
 
+VERIFY_ROWS = (1, 2, 4, 8)
+
+
+def verify_cost(args, log_dir: Path) -> None:
+    import numpy as np
+
+    with ExitStack() as stack:
+        workers = {flags: [RpcWorker(log_dir / f"verify{i}{flags}.log", args.threads, flags) for i in range(2)]
+                   for flags in ((), ("--no-kernels",))}
+        stack.callback(lambda: [w.stop() for ws in workers.values() for w in ws])
+        places = {"local": {}, "split, ggspec workers": workers[()], "split, --no-kernels workers":
+                  workers[("--no-kernels",)]}
+        rng = np.random.default_rng(0)
+        times: dict[str, dict[int, list[float]]] = {place: {k: [] for k in VERIFY_ROWS} for place in places}
+        for round_ in range(args.pairs):
+            names = list(places)
+            for place in names[round_ % len(names):] + names[:round_ % len(names)]:
+                split = dict(rpc=[w.endpoint for w in places[place]], tensor_split=[1, 1, 0]) if places[place] else {}
+                target = ggspec.load(args.model, n_threads=args.threads, n_ctx=512, **split)
+                target.spec_forward(rng.integers(0, target.n_vocab, 200, dtype=np.int32))
+                for k in VERIFY_ROWS:
+                    tokens = rng.integers(0, target.n_vocab, k, dtype=np.int32)
+                    length, runs = target.cache_seq_len, []
+                    for _ in range(4):  # the first builds the graph
+                        start = time.perf_counter()
+                        target.spec_forward(tokens, all_logits=True, top_k=1)
+                        runs.append(time.perf_counter() - start)
+                        target.rewind(length)
+                    times[place][k].append(1000 * statistics.median(runs[1:]))
+                del target
+                gc.collect()  # a worker serves one client at a time
+    print("\n| k-row verify, no delay | " + " | ".join(f"k={k}" for k in VERIFY_ROWS) + " |")
+    print("|---|" + "---|" * len(VERIFY_ROWS))
+    for place, by_k in times.items():
+        one = statistics.median(by_k[1])
+        print(f"| {place} | " + " | ".join(f"{statistics.median(by_k[k]):.1f} ms ({statistics.median(by_k[k]) / one:.2f})"
+                                           for k in VERIFY_ROWS) + " |")
+
+
 def report(latency_ms: float, results: dict[str, list[dict]]) -> None:
     median = {name: statistics.median(r["tokens_per_second"] for r in runs) for name, runs in results.items()}
     print(f"\n### round trip {latency_ms:g} ms\n")
@@ -160,12 +206,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", help="GGUF (default: the embedded Gemma 3 270M)")
     p.add_argument("--draft-model", help="a smaller GGUF of the same vocabulary: adds split+draft")
-    p.add_argument("--latency-ms", default="0,1,5", help="round trip times to add, comma-separated")
+    p.add_argument("--latency-ms", default="0,1,5", help="round trip times to add, comma-separated (\"\": none)")
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("-t", "--threads", type=int, default=1, help="threads of the client and of each worker")
     p.add_argument("--peer", action="store_true", help="also llama.cpp over its own RPC workers")
     p.add_argument("--block", action="store_true", help="also a block drafter on a synthetic qwen35")
+    p.add_argument("--verify-cost", action="store_true", help="also k-row verify costs on the workers, no delay")
     p.add_argument("--llama-modes", default="ngram-simple", help="llama.cpp's n-gram modes to run (--peer)")
     args = p.parse_args()
     model = ggspec.Model(args.model, n_ctx=2048, prefix_cache_mb=None)
@@ -179,7 +226,9 @@ def main() -> None:
         args.prompt_file.write_text(text)
         print(f"model {Path(args.model).name}, prompt {PROMPT} ({len(ids)} tokens), {args.tokens} tokens, "
               f"{args.threads} thread(s) per process, pairs {args.pairs}")
-        for latency_ms in (float(x) for x in args.latency_ms.split(",")):
+        if args.verify_cost:
+            verify_cost(args, Path(tmp))
+        for latency_ms in (float(x) for x in args.latency_ms.split(",") if x):
             report(latency_ms, measure(args, latency_ms, text, Path(tmp)))
 
 

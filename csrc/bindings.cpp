@@ -276,7 +276,8 @@ void bind_rpc(py::module_ & m) {
 #ifdef GGSPEC_RPC
     m.attr("rpc_available") = true;
     m.def("rpc_serve", &rpc::serve, py::arg("endpoint"), py::arg("cache_dir"), py::arg("n_threads"),
-          py::call_guard<py::gil_scoped_release>(), "Serves this host's CPU to RPC clients; returns only on failure.");
+          py::arg("kernels"), py::call_guard<py::gil_scoped_release>(),
+          "Serves this host's CPU to RPC clients; returns only on failure.");
     m.def("rpc_wire_counters", [] {
         const rpc::WireCounters c = rpc::wire_counters();
         return py::make_tuple(c.round_trips, c.bytes_sent, c.bytes_received);

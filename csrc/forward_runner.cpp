@@ -29,9 +29,11 @@ void set_input(ggml_tensor * t, const void * data) {
 }  // namespace
 
 GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels,
-                         size_t graph_budget_bytes, std::vector<ggml_backend_t> sched_backends)
+                         size_t graph_budget_bytes, std::vector<ggml_backend_t> sched_backends,
+                         WorkerKernels worker_kernels)
     : backend_(backend),
       sched_backends_(std::move(sched_backends)),
+      worker_kernels_(std::move(worker_kernels)),
       body_(body),
       row_kernels_(row_kernels),
       graphs_(graph_budget_bytes) {
@@ -73,6 +75,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
 
     ForwardGraph fg{ctx, hp, w, body_.kv, n, cg->tokens, cg->positions, cg->hidden_in, cg->full, cg->swa, {}, row_kernels_};
     fg.rs = body_.rs;
+    fg.worker_kernels = worker_kernels_;
     fg.recurrent = key.recurrent;
     if (key.n_out == 0) fg.top_k = key.top_k;  // no LM head of the runner's: the body ranks its own rows
     ggml_tensor * trunk = body_.build(fg);

@@ -61,9 +61,10 @@ void order_top_k(int32_t * ids, float * values, int64_t rows, int k);
 class GraphRunner {
 public:
     // sched_backends: a split target's devices (placement.h), for ggml's
-    // scheduler; empty: every graph runs on `backend`.
+    // scheduler; empty: every graph runs on `backend`. worker_kernels: the
+    // path its products take on each worker.
     GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKernels row_kernels, size_t graph_budget_bytes,
-                std::vector<ggml_backend_t> sched_backends = {});
+                std::vector<ggml_backend_t> sched_backends = {}, WorkerKernels worker_kernels = {});
 
     // The one loop every caller runs: n rows at positions kv.seq_len(seq).. as graphs of at
     // most max_rows. Each chunk's key gets its row count and KV lengths here and the
@@ -100,6 +101,7 @@ private:
 
     ggml_backend_t backend_;
     std::vector<ggml_backend_t> sched_backends_;
+    WorkerKernels worker_kernels_;
     ModelBody body_;
     ggml_context_ptr single_ctx_;  // per_op: the one-node graph each node runs in
     ggml_cgraph * single_ = nullptr;

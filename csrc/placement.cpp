@@ -63,10 +63,10 @@ Placement::Placement(ggml_backend_dev_t local, ggml_backend_t local_backend, int
         rpc::probe_worker(endpoint, kProbeSeconds);
         rpc::exit_cleanly_on_lost_worker();
         rpc::set_answer_timeout(answer_timeout_s);
-        Worker w{endpoint, rpc::worker_device(endpoint), nullptr, nullptr};
-        w.connection.reset(ggml_backend_buft_alloc_buffer(ggml_backend_dev_buffer_type(w.dev), 1));
+        Worker w{endpoint, rpc::worker_device(endpoint), nullptr, nullptr, 0};
         w.backend.reset(ggml_backend_dev_init(w.dev, nullptr));
         if (!w.backend) throw std::runtime_error("cannot start a backend on RPC worker " + endpoint);
+        w.kernel_paths = rpc::worker_kernel_paths(w.backend.get(), w.connection);
         workers_.push_back(std::move(w));
     }
     if (split.empty()) {
@@ -100,6 +100,15 @@ ggml_backend_buffer_type_t Placement::remote_buft_of(const std::string & name) c
     return ggml_backend_dev_buffer_type(device(device_of_layer_[il]));
 }
 
+WorkerKernels Placement::worker_kernels(RowKernels local) const {
+    WorkerKernels out;
+    for (const Worker & w : workers_) {
+        const bool served = local != RowKernels::off && (w.kernel_paths & (1 << (int) local));
+        out.emplace_back(ggml_backend_dev_buffer_type(w.dev), served ? local : RowKernels::off);
+    }
+    return out;
+}
+
 std::vector<ggml_backend_t> Placement::backends() const {
     std::vector<ggml_backend_t> out;
     for (const Worker & w : workers_) out.push_back(w.backend.get());
@@ -118,7 +127,9 @@ std::string Placement::describe() const {
                (first == last ? "layer " + std::to_string(first)
                               : "layers " + std::to_string(first) + "-" + std::to_string(last)) +
                " on " + ggml_backend_dev_name(device(d));
-        if (d < (int) workers_.size()) out += " (" + workers_[d].endpoint + ")";
+        if (d < (int) workers_.size()) {
+            out += " (" + workers_[d].endpoint + (workers_[d].kernel_paths ? ", ggspec kernels)" : ")");
+        }
         first = last + 1;
     }
     return out;

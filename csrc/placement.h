@@ -12,6 +12,7 @@
 #include "buffers.h"
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
+#include "kernels/row_matmul.h"
 
 namespace ggspec {
 
@@ -29,6 +30,10 @@ public:
     LayerBufts layer_bufts() const;
     // The buffer type a weight of the model file goes to, by its name; null: local.
     ggml_backend_buffer_type_t remote_buft_of(const std::string & tensor_name) const;
+    // The path weight products take on each worker, where this host's take
+    // `local`: a ggspec worker serving it runs them on the same kernels
+    // (kernels/portable_op.h); any other, ggml's own ops.
+    WorkerKernels worker_kernels(RowKernels local) const;
     // What ggml's scheduler runs over: the workers' backends, the local one last.
     std::vector<ggml_backend_t> backends() const;
     bool layer_is_local(int64_t il) const { return device_of_layer_[il] == (int) workers_.size(); }
@@ -44,7 +49,9 @@ private:
         ggml_backend_ptr backend;
         // ggml's RPC client keeps a worker's connection while a buffer on it
         // lives: without one, each query before the weights' opened its own.
+        // The kernel query's buffer (rpc::worker_kernel_paths).
         ggml_backend_buffer_ptr connection;
+        int32_t kernel_paths;  // the row-kernel paths it serves: bit (1 << RowKernels value)
     };
     ggml_backend_dev_t local_;
     ggml_backend_t local_backend_;

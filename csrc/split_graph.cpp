@@ -5,16 +5,12 @@
 
 #include "buffers.h"
 #include "errors.h"
+#include "kernels/portable_op.h"
 #include "log.h"
 
 namespace ggspec {
 
 namespace {
-
-bool is_custom(const ggml_tensor * t) {
-    return t->op == GGML_OP_CUSTOM || t->op == GGML_OP_MAP_CUSTOM1 || t->op == GGML_OP_MAP_CUSTOM2 ||
-           t->op == GGML_OP_MAP_CUSTOM3;
-}
 
 bool is_view(const ggml_tensor * t) {
     return t->op == GGML_OP_VIEW || t->op == GGML_OP_RESHAPE || t->op == GGML_OP_PERMUTE ||
@@ -44,6 +40,16 @@ void check_views_resolve(ggml_backend_sched_t sched, ggml_cgraph * graph, ggml_b
     }
 }
 
+// Where a custom op runs: here, or a tagged weight product's worker.
+ggml_backend_t product_device(const ggml_tensor * t, const std::vector<ggml_backend_t> & backends,
+                              ggml_backend_t local) {
+    const OpTag tag = tag_of(t);
+    if (tag.kind != TagKind::kernel || tag.id != KernelOpId::dot_rows) return local;
+    const ggml_tensor * weight = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];
+    ggml_backend_t holder = weight->buffer ? backend_holding(backends, weight->buffer) : nullptr;
+    return holder ? holder : local;
+}
+
 }  // namespace
 
 ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
@@ -68,9 +74,16 @@ ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
         for (int i = 0; i < ggml_graph_n_nodes(graph); ++i) {
             ggml_tensor * t = ggml_graph_node(graph, i);
             // ggspec's kernels are custom ops holding this process's function
-            // pointers: they run here (the builders give the workers' layers
-            // none: ForwardGraph::kernels_for).
-            if (is_custom(t)) ggml_backend_sched_set_tensor_backend(sched, t, local);
+            // pointers: they run here. But a weight product the builder tagged
+            // for a ggspec worker (ForwardGraph::products_for) runs where its
+            // weight lives, with the quantized activations it reads.
+            if (is_custom_op(t)) {
+                ggml_backend_t where = product_device(t, backends, local);
+                ggml_backend_sched_set_tensor_backend(sched, t, where);
+                if (ggml_tensor * acts = t->src[2]; where != local && acts && is_custom_op(acts)) {
+                    ggml_backend_sched_set_tensor_backend(sched, acts, where);
+                }
+            }
             if (t->op == GGML_OP_RMS_NORM || t->op == GGML_OP_NORM) {
                 auto it = layer_device.find(t->src[0]);
                 if (it != layer_device.end()) ggml_backend_sched_set_tensor_backend(sched, t, it->second);

@@ -104,7 +104,8 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         placement_ = std::make_unique<Placement>(dev_, backend_.get(), hp_.n_layer, opt.rpc, opt.tensor_split,
                                                  opt.rpc_timeout_s);
         // The local layers and the LM head keep ggspec's kernels; the workers'
-        // layers run ggml's own ops (ForwardGraph::kernels_for).
+        // layers run ggml's own ops, or a ggspec worker's kernels for their
+        // weight products (ForwardGraph::products_for).
         file_->bind(dev_, [this](const std::string & name) { return placement_->remote_buft_of(name); });
     }
     if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
@@ -132,7 +133,8 @@ void Target::make_cache(int64_t n_seqs) {
     if (hp_.has_recurrent()) rs_ = std::make_unique<RecurrentState>(bufts, hp_, n_seqs);
     runner_ = std::make_unique<GraphRunner>(
         backend_.get(), ModelBody{hp_, w_, *kv_, rs_.get(), arch_->build_trunk}, row_kernels_,
-        opt_.graph_budget_bytes, placement_->split() ? placement_->backends() : std::vector<ggml_backend_t>{});
+        opt_.graph_budget_bytes, placement_->split() ? placement_->backends() : std::vector<ggml_backend_t>{},
+        placement_->worker_kernels(row_kernels_));
     if (head_) head_->set_n_seqs(n_seqs, kv_.get());
     if (drafter_) drafter_->set_n_seqs(n_seqs);
 }

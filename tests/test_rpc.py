@@ -30,8 +30,10 @@ NGRAM = SpecOptions(spec_type="ngram", governor=False)
 
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory):
+    """The first runs a client's weight products on ggspec's kernels; the second on
+    ggml's own ops, as any ggml worker (it answers the kernel query as one does)."""
     log = tmp_path_factory.mktemp("rpc")
-    started = [RpcWorker(log / f"worker{i}.log") for i in range(2)]
+    started = [RpcWorker(log / "worker0.log"), RpcWorker(log / "worker1.log", extra=("--no-kernels",))]
     yield started
     gc.collect()  # targets that outlived a failed test free their buffers while the workers run
     for w in started:
@@ -63,6 +65,27 @@ def test_a_split_forward_has_the_local_bits(tiny_model, workers, arch, shares):
     for a, b in zip(local, remote):
         assert np.array_equal(a, b)
     assert moved.round_trips > 0 and moved.bytes_sent > 0
+    del split
+
+
+@pytest.mark.parametrize("dtype", ["q4_k", "f16", "q5_1"])
+def test_a_kernel_worker_runs_the_products_with_the_local_bits(tiny_model, workers, dtype):
+    """Verify rows of every width from 2 to 9 on a ggspec worker's kernels; the kernel
+    query tells a ggspec worker from a plain one."""
+    path = tiny_model("llama", dtype, n_layer=4)
+    alone = load(path, n_ctx=128, n_threads=2)
+    split = load(path, n_ctx=128, n_threads=2, rpc=[w.endpoint for w in workers], tensor_split=[1, 1, 0])
+    assert f"{workers[0].endpoint}, ggspec kernels)" in split.placement, split.placement
+    assert f"{workers[1].endpoint})" in split.placement, split.placement
+    for target in (alone, split):
+        target.spec_forward(PROMPT)
+    for rows in range(2, 10):
+        tokens = [(7 * rows + i) % 50 + 3 for i in range(rows)]
+        want = alone.spec_forward(tokens, all_logits=True).logits
+        got = split.spec_forward(tokens, all_logits=True).logits
+        assert np.array_equal(want, got), rows
+        for target in (alone, split):
+            target.rewind(target.cache_seq_len - rows + 1)
     del split
 
 

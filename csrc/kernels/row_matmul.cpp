@@ -16,6 +16,7 @@
 #include "kernels/k_dot_rows.h"
 #include "kernels/mask_span.h"
 #include "kernels/one_row_dot.h"
+#include "kernels/portable_op.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
 
@@ -244,8 +245,49 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
     ggml_tensor * quantized = shared && x->ne[2] == 1 ? shared->get(ctx, x, activation_type(w->type)) : nullptr;
     // the kernels quantize x's rows as ggml_mul_mat does, or read them quantized
     ggml_tensor * args[4] = {w, x, quantized, masked ? mask : nullptr};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4, dot_rows_op,
-                          GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
+    ggml_tensor * product = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4, dot_rows_op,
+                                           GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
+    set_tag(product, {kTagMagic, TagKind::kernel, KernelOpId::dot_rows, (int32_t) path});
+    return product;
+}
+
+bool localize_row_product(ggml_tensor * node) {
+    const OpTag tag = tag_of(node);
+    if (node->op != GGML_OP_CUSTOM || tag.kind != TagKind::kernel) return false;
+    CustomOpParams p;
+    std::memcpy(&p, node->op_params, sizeof(p));
+    if (tag.id == KernelOpId::dot_rows) {
+        const int32_t path = tag.value;
+        if (path <= 0 || path > (int32_t) RowKernels::vnni || !(row_kernel_paths_served() & (1 << path))) return false;
+        p.fun = dot_rows_op;
+        p.userdata = (void *) &kPaths[path];
+    } else if (tag.id == KernelOpId::quantize_rows) {
+        if (tag.value != GGML_TYPE_Q8_0 && tag.value != GGML_TYPE_Q8_1 && tag.value != GGML_TYPE_Q8_K &&
+            tag.value != GGML_TYPE_F16 && tag.value != GGML_TYPE_BF16) {
+            return false;
+        }
+        p.fun = quantize_rows_op;
+        p.userdata = (void *) (intptr_t) tag.value;
+    } else {
+        return false;
+    }
+    std::memcpy(node->op_params, &p, sizeof(p));
+    return true;
+}
+
+int32_t row_kernel_paths_served() {
+    static const int32_t paths = [] {
+        int32_t served = 0;
+        for (RowKernels path : {RowKernels::avx2, RowKernels::vnni}) {
+            bool every = row_kernels_cpu(path);
+            for (int t = 0; every && t < GGML_TYPE_COUNT; ++t) {
+                every = !path_handles((ggml_type) t, path) || row_kernel_usable((ggml_type) t, path);
+            }
+            if (every) served |= 1 << (int) path;
+        }
+        return served;
+    }();
+    return paths;
 }
 
 ggml_tensor * QuantizedActs::get(ggml_context * ctx, ggml_tensor * x, ggml_type act_type) {
@@ -254,6 +296,7 @@ ggml_tensor * QuantizedActs::get(ggml_context * ctx, ggml_tensor * x, ggml_type 
         ggml_tensor * args[1] = {x};
         op = ggml_custom_4d(ctx, GGML_TYPE_I8, (int64_t) ggml_row_size(act_type, x->ne[0]), x->ne[1], 1, 1, args, 1,
                             quantize_rows_op, GGML_N_TASKS_MAX, (void *) (intptr_t) act_type);
+        set_tag(op, {kTagMagic, TagKind::kernel, KernelOpId::quantize_rows, (int32_t) act_type});
     }
     return op;
 }

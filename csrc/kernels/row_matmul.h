@@ -8,6 +8,9 @@
 #include <string>
 #include <utility>
 
+#include <vector>
+
+#include "ggml-backend.h"
 #include "ggml.h"
 
 namespace ggspec {
@@ -15,6 +18,11 @@ namespace ggspec {
 // Which multi-row kernels run: none (ggml_mul_mat everywhere), the AVX2 ones or
 // the AVX512-VNNI ones.
 enum class RowKernels { off, avx2, vnni };
+
+// The path weight products take on each RPC worker's memory (by its buffer
+// type): a ggspec worker runs the kernels (kernels/portable_op.h), any other
+// ggml's own ops (off).
+using WorkerKernels = std::vector<std::pair<ggml_backend_buffer_type_t, RowKernels>>;
 
 // "auto" (the best path this CPU runs, else off), "vnni", "avx2" or "off"; a
 // path this CPU cannot run is an std::invalid_argument naming what it lacks.
@@ -40,6 +48,14 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 class QuantizedActs;
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path,
                           ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr);
+
+// On an RPC worker: points a product a client tagged (kernels/portable_op.h) at
+// this process's kernel. False for any other node, and for a path this host
+// does not serve.
+bool localize_row_product(ggml_tensor * node);
+// The paths whose kernel this host runs bit-identically for every weight type
+// the path handles: bit (1 << path). What a worker offers its clients.
+int32_t row_kernel_paths_served();
 
 // A graph's activations quantized for the kernels, one op per (x, type).
 class QuantizedActs {

@@ -64,16 +64,29 @@ struct ForwardGraph {
     // ggml_mul_mat's bits either way (kernels/row_matmul.h); mask: the one the
     // product is masked with next, whose -inf outputs need not be computed.
     ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) {
-        return row_mul_mat(ctx, weight, x, kernels_for(weight), mask, &quantized_acts);
+        return row_mul_mat(ctx, weight, x, products_for(weight), mask, &quantized_acts);
     }
     // The kernel path for ops on `t` (a weight, or a view of a cache): ggspec's
     // kernels are custom ops holding this process's function pointers, so a
     // split target's layers on an RPC worker (their memory not this host's)
-    // run ggml's own ops, whose bits the kernels reproduce.
-    RowKernels kernels_for(const ggml_tensor * t) const {
-        const ggml_tensor * home = t->view_src ? t->view_src : t;
-        return home->buffer && !ggml_backend_buffer_is_host(home->buffer) ? RowKernels::off : row_kernels;
+    // run ggml's own ops, whose bits the kernels reproduce...
+    RowKernels kernels_for(const ggml_tensor * t) const { return remote(t) ? RowKernels::off : row_kernels; }
+    // ...but for the weight products, which a ggspec worker runs on its own
+    // kernels (kernels/portable_op.h).
+    RowKernels products_for(const ggml_tensor * t) const {
+        const ggml_backend_buffer_t buffer = remote(t);
+        if (!buffer) return row_kernels;
+        for (const auto & [buft, path] : worker_kernels) {
+            if (buft == ggml_backend_buffer_get_type(buffer)) return path;
+        }
+        return RowKernels::off;
     }
+    // The RPC worker's buffer `t` lives in, else null.
+    static ggml_backend_buffer_t remote(const ggml_tensor * t) {
+        const ggml_tensor * home = t->view_src ? t->view_src : t;
+        return home->buffer && !ggml_backend_buffer_is_host(home->buffer) ? home->buffer : nullptr;
+    }
+    WorkerKernels worker_kernels;  // a split target's products' path on each worker (GraphRunner's)
     QuantizedActs quantized_acts;  // x quantized once for all the products that read it
 };
 

@@ -11,7 +11,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "ggml-alloc.h"
 #include "ggml-rpc.h"
+#include "kernels/portable_op.h"
+#include "rpc/kernel_worker.h"
 
 namespace ggspec::rpc {
 
@@ -134,10 +137,30 @@ ggml_backend_dev_t worker_device(const std::string & endpoint) {
     return ggml_backend_reg_dev_get(reg, 0);
 }
 
-void serve(const std::string & endpoint, const std::string & cache_dir, int n_threads) {
+int32_t worker_kernel_paths(ggml_backend_t worker, ggml_backend_buffer_ptr & held) {
+    ggml_init_params params = {2 * ggml_tensor_overhead() + ggml_graph_overhead_custom(8, false), nullptr, true};
+    ggml_context_ptr ctx(ggml_init(params));
+    constexpr int64_t n = sizeof(KernelCapability) / sizeof(float);
+    ggml_tensor * in = ggml_new_tensor_1d(ctx.get(), GGML_TYPE_F32, n);
+    ggml_tensor * query = ggml_scale(ctx.get(), in, 1.0f);
+    set_tag(query, {kTagMagic, TagKind::capability_query, {}, 0});
+    held.reset(ggml_backend_alloc_ctx_tensors_from_buft(ctx.get(), ggml_backend_get_default_buffer_type(worker)));
+    if (!held) throw std::runtime_error("cannot allocate on RPC worker " + std::string(ggml_backend_name(worker)));
+    const float ones[n] = {1.0f, 1.0f, 1.0f, 1.0f};
+    ggml_backend_tensor_set(in, ones, 0, sizeof(ones));
+    ggml_cgraph * graph = ggml_new_graph_custom(ctx.get(), 8, false);
+    ggml_build_forward_expand(graph, query);
+    if (ggml_backend_graph_compute(worker, graph) != GGML_STATUS_SUCCESS) return 0;
+    KernelCapability answer{};
+    ggml_backend_tensor_get(query, &answer, 0, sizeof(answer));
+    return answer.magic == kTagMagic && answer.abi == kKernelAbi ? answer.paths : 0;
+}
+
+void serve(const std::string & endpoint, const std::string & cache_dir, int n_threads, bool kernels) {
     parse(endpoint);
     ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
     if (!cpu) throw std::runtime_error("this build has no CPU device to serve");
+    if (kernels) cpu = kernel_worker_device(cpu);
     ggml_backend_rpc_start_server(endpoint.c_str(), cache_dir.empty() ? nullptr : cache_dir.c_str(),
                                   (size_t) std::max(1, n_threads), 1, &cpu);
     // It returns only when it could not start (its loop never ends).

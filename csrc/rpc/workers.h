@@ -4,7 +4,10 @@
 #pragma once
 #include <string>
 
+#include <cstdint>
+
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 
 namespace ggspec::rpc {
 
@@ -16,8 +19,16 @@ void probe_worker(const std::string & endpoint, double timeout_s);
 // The worker's device (its first), after probe_worker.
 ggml_backend_dev_t worker_device(const std::string & endpoint);
 
+// Asks the worker whether it runs ggspec's kernels (kernels/portable_op.h), by
+// a graph a plain ggml worker computes as a copy: the paths it serves, bit
+// (1 << RowKernels value), 0 for none. The query's buffer is left in `held`,
+// which keeps ggml's connection to the worker open while it lives.
+int32_t worker_kernel_paths(ggml_backend_t worker, ggml_backend_buffer_ptr & held);
+
 // Serves this host's CPU to RPC clients at `endpoint` until the process ends.
 // cache_dir: where large tensors a client sends are kept by hash ("": none).
-void serve(const std::string & endpoint, const std::string & cache_dir, int n_threads);
+// kernels: clients' weight products run on ggspec's kernels here (else
+// ggml's own ops, as on any ggml worker).
+void serve(const std::string & endpoint, const std::string & cache_dir, int n_threads, bool kernels);
 
 }  // namespace ggspec::rpc

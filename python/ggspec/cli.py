@@ -141,6 +141,9 @@ def _add_rpc_server_parser(commands) -> None:
     r.add_argument("-t", "--threads", type=_positive(int), help="CPU threads (default: physical cores)")
     r.add_argument("--cache", metavar="DIR",
                    help="keep large tensors clients send here, by hash: a client that comes back sends only hashes")
+    r.add_argument("--no-kernels", action="store_true",
+                   help="run clients' weight products on ggml's own ops, as a plain ggml worker does, rather than "
+                        "on ggspec's kernels (the same bits, slower verify rows)")
 
 
 def _rpc_server(args) -> None:
@@ -150,7 +153,7 @@ def _rpc_server(args) -> None:
     if args.host not in ("127.0.0.1", "localhost", "::1"):
         print(f"ggspec rpc-server: warning: listening on {args.host}: the RPC protocol has no authentication; "
               "anyone who reaches this port can use this machine", file=sys.stderr)
-    serve(args.host, args.port, args.threads or physical_cores(), args.cache)
+    serve(args.host, args.port, args.threads or physical_cores(), args.cache, kernels=not args.no_kernels)
 
 
 def _read_prompt(args) -> str:

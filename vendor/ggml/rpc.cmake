@@ -19,7 +19,11 @@ function(ggspec_add_rpc target)
   target_include_directories(ggspec_ggml_rpc PRIVATE "${GGSPEC_GGML_SDIST_DIR}/ggml/include"
                                                      "${GGSPEC_GGML_SDIST_DIR}/ggml/src")
   set_target_properties(ggspec_ggml_rpc PROPERTIES POSITION_INDEPENDENT_CODE ON CXX_STANDARD 17)
-  target_sources(${target} PRIVATE $<TARGET_OBJECTS:ggspec_ggml_rpc> csrc/rpc/wire.cpp csrc/rpc/workers.cpp)
+  target_sources(${target} PRIVATE $<TARGET_OBJECTS:ggspec_ggml_rpc> csrc/rpc/wire.cpp csrc/rpc/workers.cpp
+                                   csrc/rpc/kernel_worker.cpp)
+  # The worker's device wraps the CPU's, whose structs are ggml's internals too.
+  set_source_files_properties(csrc/rpc/kernel_worker.cpp PROPERTIES
+                              INCLUDE_DIRECTORIES "${GGSPEC_GGML_SDIST_DIR}/ggml/src")
   target_compile_definitions(${target} PRIVATE GGSPEC_RPC=1)
   # The RPC client's socket calls go through csrc/rpc/wire.cpp, which counts
   # their bytes and round trips and names the worker whose connection failed.

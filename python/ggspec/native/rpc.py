@@ -52,11 +52,14 @@ def _check_port(host: str, port: int) -> None:
             raise ValueError(f"cannot listen at {host}:{port}: {e.strerror}") from None
 
 
-def serve(host: str = "127.0.0.1", port: int = 50052, n_threads: int = 1, cache_dir: str | None = None) -> None:
+def serve(host: str = "127.0.0.1", port: int = 50052, n_threads: int = 1, cache_dir: str | None = None,
+          kernels: bool = True) -> None:
     """Serves this host's CPU to RPC clients until SIGTERM or SIGINT, which end the
     process at once (ggml's server loop cannot be interrupted, so it runs in a thread
     this one does not wait for). cache_dir keeps tensors clients send by their hash,
-    so a restarted client sends each large one once."""
+    so a restarted client sends each large one once. kernels: a ggspec client's weight
+    products run on ggspec's kernels here, as on its own host (else on ggml's ops, as
+    on any ggml worker; the bits are the same)."""
     if not available:
         raise ValueError("this ggspec was built without ggml's RPC backend (GGML_RPC=off)")
     if not 0 < port <= 65535:
@@ -71,7 +74,7 @@ def serve(host: str = "127.0.0.1", port: int = 50052, n_threads: int = 1, cache_
 
     def run() -> None:
         try:
-            _core.rpc_serve(endpoint, cache_dir or "", n_threads)
+            _core.rpc_serve(endpoint, cache_dir or "", n_threads, kernels)
         except BaseException as e:  # reported by the waiting thread
             failure.append(e)
 
