@@ -4,6 +4,7 @@ stopped by the caller, every wait bounded."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import socket
@@ -13,6 +14,12 @@ import time
 from pathlib import Path
 
 from tests.conftest import REPO
+
+
+def _end_with_parent() -> None:
+    """PR_SET_PDEATHSIG: a client that loses a worker ends its process (exit 1), test
+    runner and all, with no teardown left to stop the other workers."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 
 
 def free_port() -> int:
@@ -34,7 +41,8 @@ class RpcWorker:
         program = program or [sys.executable, "-m", "ggspec", "rpc-server"]
         self.proc = subprocess.Popen([*program, "-H", "127.0.0.1", "-p", str(self.port), "-t", str(threads), *extra],
                                      stdout=self._log_file, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                                     preexec_fn=_end_with_parent if sys.platform == "linux" else None)
         deadline = time.monotonic() + start_timeout
         while not self._listening():
             if self.proc.poll() is not None:
