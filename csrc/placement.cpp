@@ -103,8 +103,11 @@ ggml_backend_buffer_type_t Placement::remote_buft_of(const std::string & name) c
 WorkerKernels Placement::worker_kernels(RowKernels local) const {
     WorkerKernels out;
     for (const Worker & w : workers_) {
-        const bool served = local != RowKernels::off && (w.kernel_paths & (1 << (int) local));
-        out.emplace_back(ggml_backend_dev_buffer_type(w.dev), served ? local : RowKernels::off);
+        // Every path gives vec_dot's bits: a worker without AVX512-VNNI runs the
+        // AVX2 kernels for a client that has it.
+        auto served = [&](RowKernels p) { return local != RowKernels::off && (w.kernel_paths & (1 << (int) p)); };
+        const RowKernels path = served(local) ? local : served(RowKernels::avx2) ? RowKernels::avx2 : RowKernels::off;
+        out.emplace_back(ggml_backend_dev_buffer_type(w.dev), path);
     }
     return out;
 }

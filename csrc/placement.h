@@ -31,8 +31,8 @@ public:
     // The buffer type a weight of the model file goes to, by its name; null: local.
     ggml_backend_buffer_type_t remote_buft_of(const std::string & tensor_name) const;
     // The path weight products take on each worker, where this host's take
-    // `local`: a ggspec worker serving it runs them on the same kernels
-    // (kernels/portable_op.h); any other, ggml's own ops.
+    // `local`: a ggspec worker runs them on the same kernels, or on AVX2's where
+    // it lacks local's (kernels/portable_op.h); any other, ggml's own ops.
     WorkerKernels worker_kernels(RowKernels local) const;
     // What ggml's scheduler runs over: the workers' backends, the local one last.
     std::vector<ggml_backend_t> backends() const;

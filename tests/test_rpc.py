@@ -68,13 +68,15 @@ def test_a_split_forward_has_the_local_bits(tiny_model, workers, arch, shares):
     del split
 
 
-@pytest.mark.parametrize("dtype", ["q4_k", "f16", "q5_1"])
-def test_a_kernel_worker_runs_the_products_with_the_local_bits(tiny_model, workers, dtype):
-    """Verify rows of every width from 2 to 9 on a ggspec worker's kernels; the kernel
-    query tells a ggspec worker from a plain one."""
+@pytest.mark.parametrize("dtype, row_kernels", [("q4_k", "auto"), ("f16", "auto"), ("q5_1", "auto"),
+                                                ("q4_k", "avx2")])
+def test_a_kernel_worker_runs_the_products_with_the_local_bits(tiny_model, workers, dtype, row_kernels):
+    """Verify rows of every width from 2 to 9 on a ggspec worker's kernels (on the
+    client's path); the kernel query tells a ggspec worker from a plain one."""
     path = tiny_model("llama", dtype, n_layer=4)
-    alone = load(path, n_ctx=128, n_threads=2)
-    split = load(path, n_ctx=128, n_threads=2, rpc=[w.endpoint for w in workers], tensor_split=[1, 1, 0])
+    alone = load(path, n_ctx=128, n_threads=2, row_kernels=row_kernels)
+    split = load(path, n_ctx=128, n_threads=2, rpc=[w.endpoint for w in workers], tensor_split=[1, 1, 0],
+                 row_kernels=row_kernels)
     assert f"{workers[0].endpoint}, ggspec kernels)" in split.placement, split.placement
     assert f"{workers[1].endpoint})" in split.placement, split.placement
     for target in (alone, split):
