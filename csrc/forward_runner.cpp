@@ -40,6 +40,34 @@ GraphRunner::GraphRunner(ggml_backend_t backend, const ModelBody & body, RowKern
     if (!sched_backends_.empty() && body_.per_op) throw std::logic_error("a split target runs whole graphs");
 }
 
+ggml_tensor * GraphRunner::concat_taps(const ForwardGraph & g, ggml_tensor * trunk, const std::vector<int> & taps,
+                                       std::vector<NodePin> & pins) const {
+    const size_t local = sched_backends_.size() - 1;  // unused on one device
+    ggml_tensor * all = nullptr;
+    ggml_tensor * run = nullptr;
+    size_t run_device = 0;
+    auto end_run = [&] {
+        if (!run) return;
+        all = all ? ggml_concat(g.ctx, all, run, 0) : run;
+        if (all != run) pins.emplace_back(all, local);
+    };
+    for (int tap : taps) {
+        ggml_tensor * t = tap < 0 ? trunk : g.layer_inputs[tap];
+        const ggml_tensor * maker = tap > 0 ? g.w.layers[tap - 1].attn_norm : nullptr;  // a weight of the layer before
+        const size_t device = sched_backends_.empty() || !maker ? local : device_index(sched_backends_, maker);
+        if (run && device == run_device && device != local) {
+            run = ggml_concat(g.ctx, run, t, 0);
+            pins.emplace_back(run, device);
+            continue;
+        }
+        end_run();
+        run = t;
+        run_device = device;
+    }
+    end_run();
+    return all;
+}
+
 std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     const Hparams & hp = body_.hp;
     const ModelWeights & w = body_.w;
@@ -80,15 +108,34 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     if (key.n_out == 0) fg.top_k = key.top_k;  // no LM head of the runner's: the body ranks its own rows
     ggml_tensor * trunk = body_.build(fg);
     cg->graph = ggml_new_graph_custom(ctx, max_nodes, false);
+    std::vector<NodePin> pins;  // a split target's tap concatenations (concat_taps)
+    cg->hidden = concat_taps(fg, trunk, key.taps, pins);
     if (sched_backends_.empty()) {
         ggml_build_forward_expand(cg->graph, trunk);  // the KV writes of every layer hang off it
         // after every node that reads the live state
         for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
     } else {
         // Each state write right after the layer that read the state (its
-        // sources are its only readers): at the graph's end they would make a
-        // second split, and a second graph sent, on each worker.
-        for (ggml_tensor * write : fg.writes) ggml_build_forward_expand(cg->graph, write);
+        // sources are its only readers), and each worker's concatenated taps
+        // right after that worker's layers: at the graph's end either would
+        // make a second split on the worker, whose whole graph ggml's RPC client
+        // then sends on every step (it resends only the graph it did not send last).
+        const size_t local = sched_backends_.size() - 1;
+        std::vector<NodePin> worker_taps;
+        for (const NodePin & pin : pins) {
+            if (pin.second != local) worker_taps.push_back(pin);
+        }
+        size_t next = 0;
+        auto expand_taps_before = [&](size_t device) {  // devices hold layers in order
+            for (; next < worker_taps.size() && worker_taps[next].second < device; ++next) {
+                ggml_build_forward_expand(cg->graph, worker_taps[next].first);
+            }
+        };
+        for (ggml_tensor * write : fg.writes) {
+            expand_taps_before(device_index(sched_backends_, write));
+            ggml_build_forward_expand(cg->graph, write);
+        }
+        expand_taps_before(local);
         ggml_build_forward_expand(cg->graph, trunk);
     }
     cg->state_sources = std::move(fg.state_sources);
@@ -98,10 +145,6 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     }
     cg->body_outputs = std::move(fg.outputs);
 
-    for (int tap : key.taps) {
-        ggml_tensor * t = tap < 0 ? trunk : fg.layer_inputs[tap];
-        cg->hidden = cg->hidden ? ggml_concat(ctx, cg->hidden, t, 0) : t;
-    }
     if (cg->hidden) {
         ggml_set_output(cg->hidden);
         ggml_build_forward_expand(cg->graph, cg->hidden);
@@ -142,7 +185,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     // A scheduler per graph, as an allocator per graph above: allocated once,
     // its splits and their buffers kept for every replay.
     cg->sched = schedule_split_graph(cg->graph, max_nodes, fg.layer_inputs, cg->state_sources, body_.w, body_.rs,
-                                     sched_backends_, backend_, what);
+                                     pins, sched_backends_, backend_, what);
     return cg;
 }
 

@@ -14,6 +14,7 @@
 #include "kv_cache.h"
 #include "models/forward_graph.h"
 #include "recurrent_state.h"
+#include "split_graph.h"
 
 namespace ggspec {
 
@@ -96,6 +97,12 @@ public:
 
 private:
     std::unique_ptr<CachedGraph> build(const GraphKey & key) const;
+    // The hidden taps (layer inputs; -1: the trunk's output), concatenated in
+    // order. On a split target each run of taps one worker made is
+    // concatenated there first (`pins`), so that a worker's taps cross the
+    // network as one tensor: a round trip a worker, not a tap.
+    ggml_tensor * concat_taps(const ForwardGraph & g, ggml_tensor * trunk, const std::vector<int> & taps,
+                              std::vector<NodePin> & pins) const;
     void fill_attention_inputs(const AttentionInputs & in, const std::vector<Segment> & segments, int64_t n);
     std::string device_name() const { return ggml_backend_name(backend_); }
 

@@ -1,5 +1,6 @@
 #include "split_graph.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <unordered_map>
 
@@ -52,11 +53,18 @@ ggml_backend_t product_device(const ggml_tensor * t, const std::vector<ggml_back
 
 }  // namespace
 
+size_t device_index(const std::vector<ggml_backend_t> & backends, const ggml_tensor * t) {
+    const ggml_tensor * home = t->view_src ? t->view_src : t;
+    ggml_backend_t b = home->buffer ? backend_holding(backends, home->buffer) : nullptr;
+    return (size_t) (std::find(backends.begin(), backends.end(), b) - backends.begin());
+}
+
 ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
                                           const std::vector<ggml_tensor *> & layer_inputs,
                                           const std::vector<StateSources> & sources, const ModelWeights & w,
-                                          const RecurrentState * rs, std::vector<ggml_backend_t> backends,
-                                          ggml_backend_t local, const std::string & what) {
+                                          const RecurrentState * rs, const std::vector<NodePin> & pins,
+                                          std::vector<ggml_backend_t> backends, ggml_backend_t local,
+                                          const std::string & what) {
     // Its hash set holds the graph's leaves (weights, inputs) as well as its nodes.
     ggml_backend_sched_t sched =
         ggml_backend_sched_new(backends.data(), nullptr, (int) backends.size(), 2 * max_nodes, false, false);
@@ -89,6 +97,7 @@ ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
                 if (it != layer_device.end()) ggml_backend_sched_set_tensor_backend(sched, t, it->second);
             }
         }
+        for (const auto & [node, device] : pins) ggml_backend_sched_set_tensor_backend(sched, node, backends[device]);
         // A verify's per-row states stay where the layer's state lives, so that
         // committing one is a copy on that device (StateCommitGraph).
         for (const StateSources & src : sources) {

@@ -197,13 +197,15 @@ def test_the_cli_splits_and_serves(tiny_model, workers):
 
 
 def test_a_local_block_drafter_reads_taps_from_the_workers(tiny_model, workers, tmp_path):
-    """DFlash stays local; its target layers' rows come back from both workers every step."""
+    """DFlash stays local; its target layers' rows come back from both workers every step,
+    the first worker's two concatenated there. The drafts (which read them) are the local
+    run's, as well as the output."""
     from tests.fixtures.tiny_dflash import write_tiny_dflash
 
     path = tiny_model("qwen3", "q8_0", n_layer=6)
-    drafter = str(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(1, 4)))
+    drafter = str(write_tiny_dflash(tmp_path / "drafter.gguf", target_layers=(1, 2, 4)))
     spec = SpecOptions(draft_model=drafter, governor=False)
-    outputs = []
+    outputs, drafts = [], []
     for options in ({}, dict(rpc=[w.endpoint for w in workers], tensor_split=[1, 1, 1])):
         model = ggspec.Model(path, n_ctx=128, n_threads=2, **options)
         with ggspec.Engine(model) as engine:
@@ -211,9 +213,10 @@ def test_a_local_block_drafter_reads_taps_from_the_workers(tiny_model, workers, 
             plain = engine.submit(PROMPT, max_tokens=24, ignore_eos=True, spec=False, temperature=0).result
         assert drafted.tokens == plain.tokens and drafted.stats["draft_n"] > 0
         outputs.append(drafted.tokens)
+        drafts.append((drafted.stats["draft_n"], drafted.stats["draft_n_accepted"]))
         del model, engine
         gc.collect()  # a worker serves one client at a time: this one lets go of it now
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] and drafts[0] == drafts[1]
     assert drafted.stats["rpc_round_trips"] > 0 and drafted.stats["rpc_bytes"] > 0
 
 
