@@ -41,22 +41,25 @@ void check_views_resolve(ggml_backend_sched_t sched, ggml_cgraph * graph, ggml_b
     }
 }
 
+// The backend holding `t` (a weight, a state tensor, or a view of one), or null.
+ggml_backend_t backend_of(const std::vector<ggml_backend_t> & backends, const ggml_tensor * t) {
+    const ggml_tensor * home = t->view_src ? t->view_src : t;
+    return home->buffer ? backend_holding(backends, home->buffer) : nullptr;
+}
+
 // Where a custom op runs: here, or a tagged weight product's worker.
 ggml_backend_t product_device(const ggml_tensor * t, const std::vector<ggml_backend_t> & backends,
                               ggml_backend_t local) {
     const OpTag tag = tag_of(t);
     if (tag.kind != TagKind::kernel || tag.id != KernelOpId::dot_rows) return local;
-    const ggml_tensor * weight = t->src[0]->view_src ? t->src[0]->view_src : t->src[0];
-    ggml_backend_t holder = weight->buffer ? backend_holding(backends, weight->buffer) : nullptr;
+    ggml_backend_t holder = backend_of(backends, t->src[0]);
     return holder ? holder : local;
 }
 
 }  // namespace
 
 size_t device_index(const std::vector<ggml_backend_t> & backends, const ggml_tensor * t) {
-    const ggml_tensor * home = t->view_src ? t->view_src : t;
-    ggml_backend_t b = home->buffer ? backend_holding(backends, home->buffer) : nullptr;
-    return (size_t) (std::find(backends.begin(), backends.end(), b) - backends.begin());
+    return (size_t) (std::find(backends.begin(), backends.end(), backend_of(backends, t)) - backends.begin());
 }
 
 ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
