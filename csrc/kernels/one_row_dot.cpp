@@ -19,9 +19,9 @@ void one_row_dot(const DotRowsJob & job, int64_t w_begin, int64_t w_end) {
     const uint8_t * weights = (const uint8_t *) job.weights;
     // Halves and wide rows stream fine on the hardware prefetcher alone: fetching
     // them ahead cost a decode step 10-15% (F16 rows of a 16-layer qwen35; the
-    // Q8_0 rows of 4-8.5 KB in bench.gemma4's synthetic file; 2 threads, paired
-    // runs), where Q8_0 rows of 1.1 KB there and every row of Gemma 3 and
-    // SmolLM2 (at most 1.7 KB) gain from it.
+    // Q8_0 rows of 4-8.5 KB in bench.gemma4's random-weight gemma4; 2 threads,
+    // paired runs), where Q8_0 rows of 1.1 KB there and every row of Gemma 3
+    // and SmolLM2 (at most 1.7 KB) gain from it.
     const bool fetch_ahead = !half_dot_rows_handles(job.weight_type) && job.row_bytes <= kFetchAheadRowLimit;
     WeightStream stream;
     stream.start(weights + w_begin * job.row_bytes, weights + w_end * job.row_bytes);
