@@ -4,7 +4,6 @@ stopped by the caller, every wait bounded."""
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import socket
@@ -16,10 +15,12 @@ from pathlib import Path
 from tests.conftest import REPO
 
 
-def _end_with_parent() -> None:
-    """PR_SET_PDEATHSIG: a client that loses a worker ends its process (exit 1), test
-    runner and all, with no teardown left to stop the other workers."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+# Runs the worker with PR_SET_PDEATHSIG (kept across exec): a client that loses a
+# worker ends its process (exit 1), test runner and all, with no teardown left to
+# stop the other workers. Not a preexec_fn, which may deadlock where the parent
+# runs threads.
+_END_WITH_PARENT = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+                    "os.execvp(sys.argv[1], sys.argv[1:])")
 
 
 def free_port() -> int:
@@ -39,10 +40,11 @@ class RpcWorker:
         self.log = log
         self._log_file = open(log, "w")
         program = program or [sys.executable, "-m", "ggspec", "rpc-server"]
-        self.proc = subprocess.Popen([*program, "-H", "127.0.0.1", "-p", str(self.port), "-t", str(threads), *extra],
-                                     stdout=self._log_file, stderr=subprocess.STDOUT, cwd=str(REPO),
-                                     env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                                     preexec_fn=_end_with_parent if sys.platform == "linux" else None)
+        command = [*program, "-H", "127.0.0.1", "-p", str(self.port), "-t", str(threads), *extra]
+        if sys.platform == "linux":
+            command = [sys.executable, "-c", _END_WITH_PARENT, *command]
+        self.proc = subprocess.Popen(command, stdout=self._log_file, stderr=subprocess.STDOUT, cwd=str(REPO),
+                                     env=dict(os.environ, PYTHONUNBUFFERED="1"))
         deadline = time.monotonic() + start_timeout
         while not self._listening():
             if self.proc.poll() is not None:
