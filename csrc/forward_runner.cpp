@@ -5,7 +5,6 @@
 #include <stdexcept>
 
 #include "buffers.h"
-#include "split_graph.h"
 #include "ggml-alloc.h"
 #include "kernels/row_argmax.h"
 

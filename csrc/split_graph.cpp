@@ -77,7 +77,7 @@ ggml_backend_sched_t schedule_split_graph(ggml_cgraph * graph, size_t max_nodes,
     std::unordered_map<const ggml_tensor *, ggml_backend_t> layer_device;
     for (size_t il = 1; il < layer_inputs.size(); ++il) {
         const ggml_tensor * norm = w.layers[il].attn_norm;
-        if (ggml_backend_t b = norm ? backend_holding(backends, norm->buffer) : nullptr) {
+        if (ggml_backend_t b = norm ? backend_of(backends, norm) : nullptr) {
             layer_device[layer_inputs[il]] = b;
         }
     }

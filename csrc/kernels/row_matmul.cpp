@@ -28,10 +28,11 @@ constexpr int64_t kWeightRowAlign = 8;  // a multiple of every kernel's weight t
 // The paths, as the custom op's userdata.
 const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni};
 
-bool path_handles(ggml_type type, RowKernels path) {
-    return path != RowKernels::off &&
-           (k_dot_rows_handles(type) || q8_dot_rows_handles(type) || half_dot_rows_handles(type));
+bool kernel_handles(ggml_type type) {
+    return k_dot_rows_handles(type) || q8_dot_rows_handles(type) || half_dot_rows_handles(type);
 }
+
+bool path_handles(ggml_type type, RowKernels path) { return path != RowKernels::off && kernel_handles(type); }
 
 // The kernel for a weight type: halves, 32-value blocks or the K-quants' 256;
 // for one activation row, vec_dot itself.
@@ -262,10 +263,11 @@ bool localize_row_product(ggml_tensor * node) {
         p.fun = dot_rows_op;
         p.userdata = (void *) &kPaths[path];
     } else if (tag.id == KernelOpId::quantize_rows) {
-        if (tag.value != GGML_TYPE_Q8_0 && tag.value != GGML_TYPE_Q8_1 && tag.value != GGML_TYPE_Q8_K &&
-            tag.value != GGML_TYPE_F16 && tag.value != GGML_TYPE_BF16) {
-            return false;
+        bool quantized_for_a_kernel = false;  // what some kernel's weights multiply (activation_type)
+        for (int t = 0; t < GGML_TYPE_COUNT && !quantized_for_a_kernel; ++t) {
+            quantized_for_a_kernel = kernel_handles((ggml_type) t) && activation_type((ggml_type) t) == tag.value;
         }
+        if (!quantized_for_a_kernel) return false;
         p.fun = quantize_rows_op;
         p.userdata = (void *) (intptr_t) tag.value;
     } else {
