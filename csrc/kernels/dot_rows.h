@@ -128,8 +128,15 @@ public:
     void next_tile(const uint8_t * tile_end, int64_t n_blocks) {
         fetched_ = target_;  // the previous tile's fetches, all issued
         target_ = std::min(end_, (uintptr_t) tile_end + (uintptr_t) kFetchAhead);
+        n_blocks_ = n_blocks;
+        spread(1);
+    }
+    // The tile runs its block loop `loops` times: fetch(loop * n_blocks + b)
+    // then takes its share. A kernel that fetched the whole stretch in its
+    // first loop would bunch the requests, and lose some of them.
+    void spread(int64_t loops) {
         const int64_t bytes = target_ > fetched_ ? (int64_t) (target_ - fetched_) : 0;
-        per_block_ = (bytes / std::max<int64_t>(1, n_blocks) + 63) / 64 * 64;
+        per_block_ = (bytes / std::max<int64_t>(1, n_blocks_ * loops) + 63) / 64 * 64;
     }
     // Block b's share of the lines.
     void fetch(int64_t b) const {
@@ -140,7 +147,7 @@ public:
 
 private:
     uintptr_t fetched_ = 0, target_ = 0, end_ = 0;
-    int64_t per_block_ = 0;
+    int64_t n_blocks_ = 1, per_block_ = 0;
 };
 
 // Weight rows [w_begin, w_end) against every activation row: activation rows in

@@ -29,7 +29,7 @@ inline bool q8_dot_rows_handles(ggml_type t) {
 inline bool q8_blocks_paired(ggml_type t) { return t == GGML_TYPE_IQ4_NL; }
 
 // Q4_1 and Q5_1 pair with Q8_1 activations, whose sums s meet their mins m.
-inline bool q8_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+constexpr bool q8_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
 
 // Weight rows [w_begin, w_end) against every activation row: on AVX512-VNNI
 // (dpbusd on weights decoded once to unsigned bytes, two activation rows per

@@ -1,4 +1,10 @@
-// The AVX512-VNNI path of q8_dot_rows.h.
+// The AVX512-VNNI path of q8_dot_rows.h: dpbusd at 256 bits, one accumulator
+// per (weight row, activation row). A 256-bit register holds exactly one dot's
+// 8 lanes, so each block's scale product d_w * d_a is made once (8 at a time,
+// ahead of the block loop) and enters its FMA as a broadcast operand; with two
+// rows' lanes in a 512-bit register every product had to be multiplied out over
+// 16 lanes, one vmulps per FMA. Zen 4 splits 512-bit ops in two, so the narrower
+// registers lose nothing there.
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
 
@@ -9,25 +15,26 @@
 namespace ggspec {
 namespace {
 
-constexpr int kWeightTile = 8;   // weight rows accumulated at once
-constexpr int kPairTile = 2;     // activation row pairs accumulated at once: 8 x 2 = 16 zmm accumulators
+constexpr int kWeightTile = 8;  // weight rows decoded at once
+constexpr int kActGroup = 8;    // activation rows a tile takes at most
+constexpr int kBlockRun = 32;   // blocks whose scale products are made at once (at most 8 KB)
 
-// A weight block decoded to unsigned bytes, as VNNI's dpbusd wants: u = x + 128
-// for the signed types, u = x for Q4_1 and Q5_1; its scale, and their min.
+// Weight rows a tile takes beside NA activation rows: 16 accumulators, or 8 for one row.
+template <int NA>
+constexpr int weight_rows() {
+    return NA >= 2 ? 16 / NA : kWeightTile;
+}
+
+// A weight block decoded for dpbusd, which multiplies unsigned bytes by signed
+// ones: u = x + 128 for the signed types (the activations' correction takes the
+// 128 back out), u = x for Q4_1 and Q5_1, whose values are unsigned.
 struct WeightBlock {
     uint8_t u[kQ8Block];
     float d;
-    float m;
+    float m;  // follows d: Q4_1 and Q5_1 convert both at once
 };
 
-// Two activation rows' block b side by side, the per-lane correction
-// -128 * (sum of the lane's 4 values) that turns the dot (x + 128) . y back
-// into x . y (zero for unsigned weights), and each row's scale on its 8 lanes.
-struct PairBlock {
-    int8_t y[2 * kQ8Block];
-    int32_t correction[16];
-    float scale[16];
-};
+constexpr bool signed_values(ggml_type t) { return !q8_has_min(t); }
 
 GGSPEC_AVX512 __m256i low_high_nibbles(const uint8_t * qs) {
     const __m128i q = _mm_loadu_si128((const __m128i *) qs);
@@ -35,73 +42,99 @@ GGSPEC_AVX512 __m256i low_high_nibbles(const uint8_t * qs) {
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
 }
 
+GGSPEC_AVX512 __m256i fifth_bits(const uint8_t * qh) {  // 0x10 where Q5's high bit is set
+    uint32_t bits;
+    std::memcpy(&bits, qh, 4);
+    return _mm256_maskz_mov_epi8((__mmask32) bits, _mm256_set1_epi8(0x10));
+}
+
 // Block layouts (ggml-common.h): q8_0 {d, qs[32]}, q4_0 {d, qs[16]}, q5_0 {d, qh[4], qs[16]},
-// q4_1 {d, m, qs[16]}, q5_1 {d, m, qh[4], qs[16]}; values 0..15 sit in the low nibbles,
-// 16..31 in the high ones.
-GGSPEC_AVX512 void decode_row(ggml_type type, const uint8_t * row, int64_t n_blocks, WeightBlock * out) {
+// q4_1 {d, m, qs[16]}, q5_1 {d, m, qh[4], qs[16]}, iq4_nl {d, qs[16]}; values 0..15 sit in
+// the low nibbles, 16..31 in the high ones.
+template <ggml_type T>
+GGSPEC_AVX512 void decode_row(const uint8_t * row, int64_t n_blocks, WeightBlock * out) {
+    const size_t block_bytes = ggml_type_size(T);
     for (int64_t b = 0; b < n_blocks; ++b) {
-        __m256i u;
-        if (type == GGML_TYPE_Q8_0) {
-            const uint8_t * block = row + b * 34;
-            out[b].d = _cvtsh_ss(load_u16(block));
-            u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *) (block + 2)), _mm256_set1_epi8((char) 0x80));
-        } else if (type == GGML_TYPE_IQ4_NL) {  // x = the table's value for the nibble
-            const uint8_t * block = row + b * 18;
-            out[b].d = _cvtsh_ss(load_u16(block));
+        const uint8_t * block = row + b * block_bytes;
+        WeightBlock & wb = out[b];
+        __m256i x;
+        if constexpr (T == GGML_TYPE_Q8_0) {
+            x = _mm256_loadu_si256((const __m256i *) (block + 2));
+        } else if constexpr (T == GGML_TYPE_IQ4_NL) {  // x = the table's value for the nibble
             const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) iq4_values()));
-            u = _mm256_xor_si256(_mm256_shuffle_epi8(table, low_high_nibbles(block + 2)), _mm256_set1_epi8((char) 0x80));
-        } else if (type == GGML_TYPE_Q4_0) {  // x = nibble - 8
-            const uint8_t * block = row + b * 18;
-            out[b].d = _cvtsh_ss(load_u16(block));
-            u = _mm256_add_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(120));
-        } else if (type == GGML_TYPE_Q4_1) {  // x = nibble, scaled by d, plus m
-            const uint8_t * block = row + b * 20;
-            out[b].d = _cvtsh_ss(load_u16(block));
-            out[b].m = _cvtsh_ss(load_u16(block + 2));
-            u = low_high_nibbles(block + 4);
-        } else if (type == GGML_TYPE_Q5_1) {  // x = nibble | high bit << 4, scaled by d, plus m
-            const uint8_t * block = row + b * 24;
-            out[b].d = _cvtsh_ss(load_u16(block));
-            out[b].m = _cvtsh_ss(load_u16(block + 2));
-            uint32_t qh;
-            std::memcpy(&qh, block + 4, 4);
-            u = _mm256_or_si256(low_high_nibbles(block + 8), _mm256_maskz_mov_epi8((__mmask32) qh, _mm256_set1_epi8(0x10)));
-        } else {  // Q5_0: x = (nibble | high bit << 4) - 16
-            const uint8_t * block = row + b * 22;
-            out[b].d = _cvtsh_ss(load_u16(block));
-            uint32_t qh;
-            std::memcpy(&qh, block + 2, 4);
-            const __m256i high = _mm256_maskz_mov_epi8((__mmask32) qh, _mm256_set1_epi8(0x10));
-            u = _mm256_add_epi8(_mm256_or_si256(low_high_nibbles(block + 6), high), _mm256_set1_epi8(112));
+            x = _mm256_shuffle_epi8(table, low_high_nibbles(block + 2));
+        } else if constexpr (T == GGML_TYPE_Q4_0) {  // x = nibble - 8
+            x = _mm256_sub_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(8));
+        } else if constexpr (T == GGML_TYPE_Q5_0) {  // x = (nibble | high bit << 4) - 16
+            x = _mm256_sub_epi8(_mm256_or_si256(low_high_nibbles(block + 6), fifth_bits(block + 2)),
+                                _mm256_set1_epi8(16));
+        } else if constexpr (T == GGML_TYPE_Q4_1) {  // x = nibble, scaled by d, plus m
+            x = low_high_nibbles(block + 4);
+        } else {  // Q5_1: x = nibble | high bit << 4, scaled by d, plus m
+            x = _mm256_or_si256(low_high_nibbles(block + 8), fifth_bits(block + 4));
         }
-        _mm256_storeu_si256((__m256i *) out[b].u, u);
+        if constexpr (signed_values(T)) {
+            _mm256_storeu_si256((__m256i *) wb.u, _mm256_xor_si256(x, _mm256_set1_epi8((char) 0x80)));
+            wb.d = _cvtsh_ss(load_u16(block));
+        } else {
+            _mm256_storeu_si256((__m256i *) wb.u, x);
+            uint32_t dm;
+            std::memcpy(&dm, block, 4);
+            _mm_storel_pi((__m64 *) &wb.d, _mm_cvtph_ps(_mm_cvtsi32_si128((int) dm)));
+        }
     }
 }
 
-// Activations as pair blocks, and for Q4_1 and Q5_1 each row's block sums s (Q8_1's
-// d * sum of the values) laid out sums[b * kActChunk + row].
-GGSPEC_AVX512 void pack_activations(const DotRowsJob & job, const ActRows & acts, std::vector<PairBlock> & packed,
+using DecodeRow = void (*)(const uint8_t *, int64_t, WeightBlock *);
+
+DecodeRow decoder(ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_Q8_0: return decode_row<GGML_TYPE_Q8_0>;
+        case GGML_TYPE_IQ4_NL: return decode_row<GGML_TYPE_IQ4_NL>;
+        case GGML_TYPE_Q4_0: return decode_row<GGML_TYPE_Q4_0>;
+        case GGML_TYPE_Q5_0: return decode_row<GGML_TYPE_Q5_0>;
+        case GGML_TYPE_Q4_1: return decode_row<GGML_TYPE_Q4_1>;
+        default: return decode_row<GGML_TYPE_Q5_1>;
+    }
+}
+
+// A chunk's n activation rows: their blocks' values y[(b * n + a) * 32]; for
+// signed weights the lanes' correction[(b * n + a) * 8], -128 * (the sum of the
+// lane's 4 values), which turns the dot u . y back into x . y; scales
+// scale[b * n + a] (a group of padding at the end); and for Q4_1 and Q5_1 Q8_1's
+// sums s, sums[b * kActChunk + a].
+struct PackedActs {
+    int64_t n = 0;
+    const int8_t * y = nullptr;
+    const int32_t * correction = nullptr;
+    const float * scale = nullptr;
+    const float * sums = nullptr;
+};
+
+GGSPEC_AVX512 void pack_activations(const DotRowsJob & job, const ActRows & acts, std::vector<int8_t> & y,
+                                    std::vector<int32_t> & correction, std::vector<float> & scale,
                                     std::vector<float> & sums) {
-    const int64_t a_begin = acts.first, a_end = acts.end;
+    const int64_t n = acts.end - acts.first, nb = job.n_blocks;
     const bool q8_1 = q8_has_min(job.weight_type);
     const int block_bytes = q8_1 ? 36 : 34, qs_offset = q8_1 ? 4 : 2;
-    const int64_t n_pairs = (a_end - a_begin + 1) / 2;
-    packed.assign((size_t) (n_pairs * job.n_blocks), PairBlock{});
-    if (q8_1) sums.assign((size_t) (job.n_blocks * kActChunk), 0.0f);
-    for (int64_t a = a_begin; a < a_end; ++a) {
-        const uint8_t * row = acts.row(a);
-        const int half = (int) ((a - a_begin) & 1);
-        for (int64_t b = 0; b < job.n_blocks; ++b) {
+    y.resize((size_t) (n * nb * kQ8Block));
+    if (!q8_1) correction.resize((size_t) (n * nb * 8));
+    scale.assign((size_t) (n * nb + kActGroup), 0.0f);
+    if (q8_1) sums.assign((size_t) (nb * kActChunk), 0.0f);
+    const __m256i zero = _mm256_setzero_si256();
+    for (int64_t a = 0; a < n; ++a) {
+        const uint8_t * row = acts.row(acts.first + a);
+        for (int64_t b = 0; b < nb; ++b) {
             const uint8_t * block = row + b * block_bytes;
-            PairBlock & pb = packed[(size_t) (((a - a_begin) / 2) * job.n_blocks + b)];
-            std::memcpy(pb.y + half * kQ8Block, block + qs_offset, kQ8Block);
-            const float scale = _cvtsh_ss(load_u16(block));
-            for (int lane = 0; lane < 8; ++lane) {
-                const int8_t * v = pb.y + half * kQ8Block + lane * 4;
-                pb.correction[half * 8 + lane] = q8_1 ? 0 : -128 * (v[0] + v[1] + v[2] + v[3]);
-                pb.scale[half * 8 + lane] = scale;
+            const int64_t at = b * n + a;
+            const __m256i values = _mm256_loadu_si256((const __m256i *) (block + qs_offset));
+            _mm256_storeu_si256((__m256i *) (y.data() + at * kQ8Block), values);
+            if (!q8_1) {
+                const __m256i sums128 = _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char) 0x80), values);
+                _mm256_storeu_si256((__m256i *) (correction.data() + at * 8), _mm256_sub_epi32(zero, sums128));
             }
-            if (q8_1) sums[(size_t) (b * kActChunk + (a - a_begin))] = _cvtsh_ss(load_u16(block + 2));
+            scale[(size_t) at] = _cvtsh_ss(load_u16(block));
+            if (q8_1) sums[(size_t) (b * kActChunk + a)] = _cvtsh_ss(load_u16(block + 2));
         }
     }
 }
@@ -115,137 +148,218 @@ GGSPEC_AVX512 void min_terms(const WeightBlock * weights, int64_t n_blocks, cons
                              float * out) {
     for (int64_t a = 0; a < n_acts; a += 16) {
         __m512 acc[NW];
+#pragma GCC unroll 8  // acc stays in registers only where every index is a constant
         for (int w = 0; w < NW; ++w) acc[w] = _mm512_setzero_ps();
         for (int64_t b = 0; b < n_blocks; ++b) {
             const __m512 s = _mm512_loadu_ps(sums + b * kActChunk + a);
+#pragma GCC unroll 8
             for (int w = 0; w < NW; ++w) acc[w] = _mm512_fmadd_ps(_mm512_set1_ps(weights[w * n_blocks + b].m), s, acc[w]);
         }
+#pragma GCC unroll 8
         for (int w = 0; w < NW; ++w) _mm512_storeu_ps(out + w * kActChunk + a, acc[w]);
     }
 }
 
-// mins[w * kActChunk + a]: the min terms (Q4_1, Q5_1) for the tile's weight rows, else null.
-// Paired: IQ4_NL's two passes over its blocks (see q8_blocks_paired).
-template <int NW, int NP, bool Paired>
-GGSPEC_AVX512 void tile(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const PairBlock * packed,
-                        const float * mins, int64_t a0, int64_t a_end, int64_t p0, const WeightStream & next) {
-    const int64_t nb = job.n_blocks;
+// ggml's hsum_float_8 of 8 vectors at once (lane i: the sum of v[i]'s lanes, in
+// its order: the halves added lane by lane, then lanes 0 + 2 and 1 + 3, then
+// those two).
+GGSPEC_AVX512 __m256 sum_lanes8(const __m256 * v) {
+    // inputs paired (v0, v4), (v1, v5), ... so that the result comes out in order
+    __m256 halves[4], quarters[2];
+    for (int i = 0; i < 4; ++i) {
+        halves[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
+                                  _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+    }
+    for (int i = 0; i < 2; ++i) {
+        const __m256 s = halves[2 * i], t = halves[2 * i + 1];
+        quarters[i] = _mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 2, 3, 2)));
+    }
+    return _mm256_add_ps(_mm256_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm256_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+GGSPEC_AVX512 int32_t sum_int_lanes(__m256i lanes) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+    const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
+
+// Where dpbusd starts a block's lanes of activation row a (at = b * n + a):
+// the correction for signed weights, else zero.
+template <bool Signed>
+GGSPEC_AVX512 inline __m256i block_init(const PackedActs & acts, int64_t at) {
+    return Signed ? _mm256_loadu_si256((const __m256i *) (acts.correction + at * 8)) : _mm256_setzero_si256();
+}
+
+// Keeps a value loaded once in its register: GCC would otherwise fold the load
+// into every instruction that reads it, and the loads would bound the tile.
+template <class T>
+inline void in_register(T & v) {
+    __asm__("" : "+v"(v));
+}
+
+// What a weight tile works on: its decoded rows (n_blocks apart) from the
+// job's row w0, against the packed chunk (which starts at the job's row
+// chunk0); mins[w * kActChunk + a] for Q4_1 and Q5_1, else null.
+struct TileArgs {
+    const DotRowsJob & job;
+    const WeightBlock * weights;
+    int64_t w0;
+    const PackedActs & acts;
+    int64_t chunk0;
+    const float * mins;
+};
+
+// The tile's rows w_off.. (NW of them) against NA activation rows from a0
+// (within the chunk); the weight stream takes the steps from fetch0 on. Paired:
+// IQ4_NL's two passes over its blocks (see q8_blocks_paired).
+template <int NW, int NA, bool Signed, bool Paired>
+GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const WeightStream & next, int64_t fetch0) {
+    const int64_t nb = args.job.n_blocks, n = args.acts.n;
+    const WeightBlock * weights = args.weights + w_off * nb;
+    const PackedActs & acts = args.acts;
     constexpr int passes = Paired ? 2 : 1;
     const int64_t end = Paired ? nb / 2 * 2 : nb;
-    __m512 acc[NW][NP];
-    alignas(64) float first[NW][NP][16];  // paired blocks: the first pass's lanes
+    __m256 acc[NW][NA];
+    alignas(32) float first[NW][NA][8];  // paired blocks: the first pass's lanes
+    alignas(32) float products[kBlockRun][NW][kActGroup];
     for (int pass = 0; pass < passes; ++pass) {
 #pragma GCC unroll 16
         for (int w = 0; w < NW; ++w)
 #pragma GCC unroll 16
-            for (int p = 0; p < NP; ++p) acc[w][p] = _mm512_setzero_ps();
-
-        for (int64_t b = pass; b < end; b += passes) {
-            next.fetch(b);
-            __m512i u[NW];
-#pragma GCC unroll 16
-            for (int w = 0; w < NW; ++w) {
-                u[w] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) weights[w * job.n_blocks + b].u));
-            }
-#pragma GCC unroll 16
-            for (int p = 0; p < NP; ++p) {
-                const PairBlock & pb = packed[(size_t) ((p0 + p) * job.n_blocks + b)];
-                const __m512i y = _mm512_loadu_si512(pb.y);
-                const __m512i corr = _mm512_loadu_si512(pb.correction);
-                const __m512 dy = _mm512_loadu_ps(pb.scale);
+            for (int r = 0; r < NA; ++r) acc[w][r] = _mm256_setzero_ps();
+        for (int64_t run = pass; run < end; run += kBlockRun * passes) {
+            const int64_t run_end = std::min(end, run + kBlockRun * passes);
+            // ggml's d = d_w * d_a of every block of the run, 8 activation rows a vmulps
+            for (int64_t b = run, i = 0; b < run_end; b += passes, ++i) {
+                const __m256 act_scales = _mm256_loadu_ps(acts.scale + b * n + a0);
 #pragma GCC unroll 16
                 for (int w = 0; w < NW; ++w) {
-                    const __m512 q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u[w], y));
-                    const __m512 d = _mm512_mul_ps(_mm512_set1_ps(weights[w * job.n_blocks + b].d), dy);
-                    acc[w][p] = _mm512_fmadd_ps(d, q, acc[w][p]);
+                    _mm256_store_ps(products[i][w], _mm256_mul_ps(_mm256_set1_ps(weights[w * nb + b].d), act_scales));
+                }
+            }
+            for (int64_t b = run, i = 0; b < run_end; b += passes, ++i) {
+                next.fetch(fetch0 + b);
+                __m256i u[NW];
+#pragma GCC unroll 16
+                for (int w = 0; w < NW; ++w) u[w] = _mm256_loadu_si256((const __m256i *) weights[w * nb + b].u);
+#pragma GCC unroll 16
+                for (int r = 0; r < NA; ++r) {  // each activation block loaded once for the NW rows
+                    const int64_t at = b * n + a0 + r;
+                    __m256i y = _mm256_loadu_si256((const __m256i *) (acts.y + at * kQ8Block));
+                    __m256i init = block_init<Signed>(acts, at);
+                    in_register(y), in_register(init);
+#pragma GCC unroll 16
+                    for (int w = 0; w < NW; ++w) {
+                        const __m256 q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, u[w], y));
+                        acc[w][r] = _mm256_fmadd_ps(_mm256_set1_ps(products[i][w][r]), q, acc[w][r]);
+                    }
                 }
             }
         }
         if (pass + 1 < passes) {
+#pragma GCC unroll 16
             for (int w = 0; w < NW; ++w)
-                for (int p = 0; p < NP; ++p) _mm512_store_ps(first[w][p], acc[w][p]);
+#pragma GCC unroll 16
+                for (int r = 0; r < NA; ++r) _mm256_store_ps(first[w][r], acc[w][r]);
         }
     }
-    alignas(64) float lanes[16];
+    // each output's lanes summed 8 outputs at a time, (w, r) at w * NA + r
+    constexpr int n_out = NW * NA, n_sums = (n_out + 7) / 8 * 8;
+    __m256 lanes[n_sums];
+    alignas(32) float sums[n_sums];
+#pragma GCC unroll 16
+    for (int w = 0; w < NW; ++w)
+#pragma GCC unroll 16
+        for (int r = 0; r < NA; ++r) {
+            lanes[w * NA + r] = Paired ? _mm256_add_ps(_mm256_load_ps(first[w][r]), acc[w][r]) : acc[w][r];
+        }
+    for (int i = n_out; i < n_sums; ++i) lanes[i] = _mm256_setzero_ps();
+    for (int i = 0; i < n_sums; i += 8) _mm256_store_ps(sums + i, sum_lanes8(lanes + i));
     for (int w = 0; w < NW; ++w) {
-        for (int p = 0; p < NP; ++p) {
-            _mm512_store_ps(lanes, acc[w][p]);
-            if (Paired) {
-                for (int i = 0; i < 16; ++i) lanes[i] = first[w][p][i] + lanes[i];
+        for (int r = 0; r < NA; ++r) {
+            const int64_t a = a0 + r;
+            float sum = sums[w * NA + r];
+            if (end < nb) {  // IQ4_NL's unpaired last block
+                const WeightBlock & wb = weights[w * nb + end];
+                const __m256i y = _mm256_loadu_si256((const __m256i *) (acts.y + (end * n + a) * kQ8Block));
+                const __m256i u = _mm256_loadu_si256((const __m256i *) wb.u);
+                const int32_t dot = sum_int_lanes(_mm256_dpbusd_epi32(block_init<Signed>(acts, end * n + a), u, y));
+                sum = __builtin_fmaf(wb.d * acts.scale[end * n + a], (float) dot, sum);
             }
-            // the unpaired last block's integer lanes, by the same instruction as the others
-            // (GCC 12 vectorized a plain loop over its bytes to a wrong sum)
-            alignas(64) int32_t last[16];
-            const PairBlock * pb = end < nb ? packed + (p0 + p) * nb + end : nullptr;
-            if (pb) {
-                const __m512i u = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) weights[w * nb + end].u));
-                _mm512_store_si512(last, _mm512_dpbusd_epi32(_mm512_loadu_si512(pb->correction), u,
-                                                             _mm512_loadu_si512(pb->y)));
-            }
-            for (int half = 0; half < 2; ++half) {
-                const int64_t a = 2 * (p0 + p) + half;  // within the chunk
-                if (a0 + a >= a_end) continue;
-                float sum = hsum8(lanes + 8 * half);
-                if (pb) {
-                    int32_t dot = 0;
-                    for (int i = 0; i < 8; ++i) dot += last[8 * half + i];
-                    sum = __builtin_fmaf(weights[w * nb + end].d * pb->scale[8 * half], (float) dot, sum);
-                }
-                job.dst[(a0 + a) * job.dst_stride + w0 + w] = mins ? sum + mins[w * kActChunk + a] : sum;
-            }
+            const float * mins = args.mins ? args.mins + (w_off + w) * kActChunk : nullptr;
+            args.job.dst[(args.chunk0 + a) * args.job.dst_stride + args.w0 + w_off + w] = mins ? sum + mins[a] : sum;
         }
     }
-}
-
-template <int NW, bool Paired>
-void pair_tiles(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const PairBlock * packed,
-                const float * mins, int64_t a0, int64_t a_end, const WeightStream & next) {
-    const int64_t n_pairs = (a_end - a0 + 1) / 2;
-    int64_t p = 0;
-    for (; p + kPairTile <= n_pairs; p += kPairTile) {
-        tile<NW, kPairTile, Paired>(job, weights, w0, packed, mins, a0, a_end, p, next);
-    }
-    for (; p < n_pairs; ++p) tile<NW, 1, Paired>(job, weights, w0, packed, mins, a0, a_end, p, next);
 }
 
 class Kernel {
 public:
-    explicit Kernel(const DotRowsJob & job) : job_(job), with_mins_(q8_has_min(job.weight_type)) {
+    explicit Kernel(const DotRowsJob & job) : job_(job), decode_(decoder(job.weight_type)) {
         weights_.resize((size_t) (kWeightTile * job.n_blocks));
         mins_.resize((size_t) (kWeightTile * kActChunk));
     }
     void prepare(const ActRows & acts) {
-        pack_activations(job_, acts, packed_, sums_);
-        n_acts_ = acts.end - acts.first;
+        pack_activations(job_, acts, y_, correction_, scale_, sums_);
+        acts_ = PackedActs{acts.end - acts.first, y_.data(), correction_.data(), scale_.data(), sums_.data()};
     }
     void decode(int64_t w, int64_t slot) {
-        WeightBlock * decoded = weights_.data() + slot * job_.n_blocks;
-        decode_row(job_.weight_type, (const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks, decoded);
+        decode_((const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks, weights_.data() + slot * job_.n_blocks);
     }
-    template <int NW>
-    void run(int64_t w0, int64_t slot, int64_t a0, int64_t a_end) {
-        if (with_mins_) {
-            min_terms<NW>(weights_.data() + slot * job_.n_blocks, job_.n_blocks, sums_.data(), n_acts_,
-                          mins_.data() + slot * kActChunk);
-        }
-        (q8_blocks_paired(job_.weight_type) ? pair_tiles<NW, true> : pair_tiles<NW, false>)(
-            job_, weights_.data() + slot * job_.n_blocks, w0, packed_.data(),
-            with_mins_ ? mins_.data() + slot * kActChunk : nullptr, a0, a_end, stream);
+    template <int TileW>
+    void run(int64_t w0, int64_t slot, int64_t chunk0, int64_t chunk_end) {
+        if (q8_has_min(job_.weight_type)) return run_as<TileW, false, false>(w0, slot, chunk0);
+        if (q8_blocks_paired(job_.weight_type)) return run_as<TileW, true, true>(w0, slot, chunk0);
+        run_as<TileW, true, false>(w0, slot, chunk0);
     }
 
     WeightStream stream;
 
 private:
+    // The chunk's rows in groups of 8, then one of 4, 2 and 1 as they remain.
+    template <int TileW, bool Signed, bool Paired>
+    void run_as(int64_t w0, int64_t slot, int64_t chunk0) {
+        const int64_t nb = job_.n_blocks, n = acts_.n;
+        const WeightBlock * weights = weights_.data() + slot * nb;
+        float * mins = nullptr;
+        if (!Signed) {
+            mins = mins_.data() + slot * kActChunk;
+            min_terms<TileW>(weights, nb, acts_.sums, n, mins);
+        }
+        const TileArgs args{job_, weights, w0, acts_, chunk0, mins};
+        stream.spread(n / 8 * loops<TileW, 8>() + (n % 8 >= 4 ? loops<TileW, 4>() : 0) +
+                      (n % 4 >= 2 ? loops<TileW, 2>() : 0) + (n % 2 ? loops<TileW, 1>() : 0));
+        int64_t a = 0, fetch0 = 0;
+        for (; a + 8 <= n; a += 8) group<TileW, 8, Signed, Paired>(args, a, fetch0);
+        if (a + 4 <= n) group<TileW, 4, Signed, Paired>(args, a, fetch0), a += 4;
+        if (a + 2 <= n) group<TileW, 2, Signed, Paired>(args, a, fetch0), a += 2;
+        if (a < n) group<TileW, 1, Signed, Paired>(args, a, fetch0);
+    }
+    // The weight tile's rows NW at a time against NA activation rows from a.
+    template <int TileW, int NA, bool Signed, bool Paired>
+    void group(const TileArgs & args, int64_t a, int64_t & fetch0) {
+        constexpr int NW = std::min(TileW, weight_rows<NA>());
+        for (int w = 0; w < TileW; w += NW, fetch0 += job_.n_blocks) {
+            tile<NW, NA, Signed, Paired>(args, w, a, stream, fetch0);
+        }
+    }
+    template <int TileW, int NA>
+    static constexpr int loops() {  // a group's block loops
+        return TileW / std::min(TileW, weight_rows<NA>());
+    }
+
     const DotRowsJob & job_;
-    const bool with_mins_;
-    int64_t n_acts_ = 0;
+    const DecodeRow decode_;
+    PackedActs acts_;
     // per thread, reused across calls
-    std::vector<PairBlock> & packed_ = thread_buffer<PairBlock>();
-    std::vector<float> & sums_ = thread_buffer<float, 0>();
-    std::vector<float> & mins_ = thread_buffer<float, 1>();
+    std::vector<int8_t> & y_ = thread_buffer<int8_t>();
+    std::vector<int32_t> & correction_ = thread_buffer<int32_t>();
+    std::vector<float> & scale_ = thread_buffer<float, 0>();
+    std::vector<float> & sums_ = thread_buffer<float, 1>();
+    std::vector<float> & mins_ = thread_buffer<float, 2>();
     std::vector<WeightBlock> & weights_ = thread_buffer<WeightBlock>();
 };
-
 
 }  // namespace
 
