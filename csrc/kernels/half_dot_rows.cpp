@@ -207,20 +207,20 @@ private:
         return {lo, std::clamp(t.keys.hi, lo, rows.hi)};
     }
 
-    // fetch: request the weight stream kFetchAhead bytes ahead of the row being computed
-    // (a tile computes too slowly per byte for the hardware prefetcher to keep ahead).
+    // fetch: request the row kFetchAhead bytes of values ahead of the row being
+    // computed (a tile computes too slowly per byte for the hardware prefetcher to
+    // keep ahead). Rows may be strided: a head's keys sit between the other heads'.
     template <int TA, bool Bf16>
     void tile_rows(const Tile & t, Span rows, bool fetch) const {
         const Span keys = computed(t, rows);
         const auto row = [&](int64_t w) {
             return (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
         };
-        const uint8_t * end = (const uint8_t *) job_.weights + w_end_ * job_.row_bytes;
+        const int64_t used = n_ * 2, distance = std::max<int64_t>(1, kFetchAhead / used);
         const auto ahead = [&](int64_t w) {
-            if (!fetch) return;
-            const uint8_t * first = (const uint8_t *) row(w) + kFetchAhead;
-            const uint8_t * last = std::min(end, first + job_.row_bytes);
-            for (const uint8_t * line = first; line < last; line += 64) __builtin_prefetch(line);
+            if (!fetch || w + distance >= w_end_) return;
+            const uint8_t * first = (const uint8_t *) row(w + distance);
+            for (const uint8_t * line = first; line < first + used; line += 64) __builtin_prefetch(line);
         };
         if constexpr (TA % 2 == 0) {
             // pairs_ pairs the chunk's rows 2p and 2p + 1: a tile after a run that
@@ -284,43 +284,55 @@ private:
     }
 
     // tile's accumulators, two activation rows per 16-lane FMA (the vnni path's CPUs),
-    // all 4 accumulators at once: 2 x TA chains in flight.
+    // all 4 accumulators at once: 2 x TA chains in flight. Their sums stay in
+    // registers: for a key row of 64 values the loop is two steps, and a round trip
+    // through memory cost more than it.
     template <int TA, bool Bf16>
     GGSPEC_AVX512 void tile_pairs(const uint16_t * row, int64_t w, int64_t a, Span steps) const {
         const float * y = pairs_ + (a - a0_) * stride_;  // a - a0_ is even (tile_rows)
-        alignas(64) float acc[TA][kAccs][8];
         __m512 sum[kAccs][TA / 2];
+#pragma GCC unroll 4  // sum stays in registers only where every index is a constant
         for (int j = 0; j < kAccs; ++j) {
+#pragma GCC unroll 4
             for (int p = 0; p < TA / 2; ++p) sum[j][p] = _mm512_setzero_ps();
         }
         for (int64_t k = steps.lo * kStep; k < steps.hi * kStep; k += kStep) {
+#pragma GCC unroll 4
             for (int j = 0; j < kAccs; ++j) {
                 const __m256 w8 = load8<Bf16>(row + k + 8 * j);
                 const __m512 wv = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(w8)));
+#pragma GCC unroll 4
                 for (int p = 0; p < TA / 2; ++p) {
                     sum[j][p] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(y + p * 2 * stride_ + 2 * (k + 8 * j)), sum[j][p]);
                 }
             }
         }
-        for (int j = 0; j < kAccs; ++j) {
-            for (int p = 0; p < TA / 2; ++p) {
-                _mm256_store_ps(acc[2 * p][j], _mm512_castps512_ps256(sum[j][p]));
-                _mm256_store_ps(acc[2 * p + 1][j],
-                                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sum[j][p]), 1)));
-            }
+        __m256 c[8];
+#pragma GCC unroll 4
+        for (int p = 0; p < TA / 2; ++p) {  // both rows' (a0 + a2) + (a1 + a3), lane by lane
+            const __m512 pair =
+                _mm512_add_ps(_mm512_add_ps(sum[0][p], sum[2][p]), _mm512_add_ps(sum[1][p], sum[3][p]));
+            c[2 * p] = _mm512_castps512_ps256(pair);
+            c[2 * p + 1] = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(pair), 1));
         }
-        finish<TA, Bf16>(acc, row, w, a);
+        finish<TA, Bf16>(c, row, w, a);
     }
 
     // The outputs from the accumulators, as ggml's vec_dot ends.
     template <int TA, bool Bf16>
     GGSPEC_AVX2 void finish(const float (&acc)[TA][kAccs][8], const uint16_t * row, int64_t w, int64_t a) const {
-        const float * y = acts_ + (a - a0_) * stride_;
         __m256 c[8];
         for (int r = 0; r < TA; ++r) {
             c[r] = _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(acc[r][0]), _mm256_load_ps(acc[r][2])),
                                  _mm256_add_ps(_mm256_load_ps(acc[r][1]), _mm256_load_ps(acc[r][3])));
         }
+        finish<TA, Bf16>(c, row, w, a);
+    }
+
+    // The same from each output's accumulators already summed, c_r = (a0 + a2) + (a1 + a3).
+    template <int TA, bool Bf16>
+    __attribute__((always_inline)) GGSPEC_AVX2 inline void finish(__m256 (&c)[8], const uint16_t * row, int64_t w, int64_t a) const {
+        const float * y = acts_ + (a - a0_) * stride_;
         for (int r = TA; r < 8; ++r) c[r] = c[0];  // a short tile's unused lanes
         alignas(32) float sums[8];
         _mm256_store_ps(sums, lane_sums<Bf16>(c));
