@@ -117,7 +117,10 @@ constexpr int64_t kFetchAhead = 6144;
 
 // The weight stream fetched kFetchAhead bytes ahead of the tile being computed,
 // spread over the tile's block loop: decode-then-compute would otherwise leave
-// the memory idle during the compute and the cores idle during the read.
+// the memory idle during the compute and the cores idle during the read. The
+// lines go to L2, not L1, where the stream evicted the tile's own working set:
+// on a Zen 4, 2 threads, paired processes, one-row steps were 10% faster on
+// Gemma 3 270M and SmolLM2-135M, and Gemma's 8-row verify 6%.
 class WeightStream {
 public:
     // A new pass over the weights [begin, end).
@@ -142,7 +145,7 @@ public:
     void fetch(int64_t b) const {
         const uintptr_t first = fetched_ + (uintptr_t) (b * per_block_);
         const uintptr_t last = std::min(target_, first + (uintptr_t) per_block_);
-        for (uintptr_t line = first; line < last; line += 64) __builtin_prefetch((const void *) line);
+        for (uintptr_t line = first; line < last; line += 64) __builtin_prefetch((const void *) line, 0, 2);  // prefetcht1
     }
 
 private:

@@ -163,7 +163,7 @@ GGSPEC_AVX512 void min_terms(const WeightBlock * weights, int64_t n_blocks, cons
 // ggml's hsum_float_8 of 8 vectors at once (lane i: the sum of v[i]'s lanes, in
 // its order: the halves added lane by lane, then lanes 0 + 2 and 1 + 3, then
 // those two).
-GGSPEC_AVX512 __m256 sum_lanes8(const __m256 * v) {
+__attribute__((always_inline)) GGSPEC_AVX512 inline __m256 sum_lanes8(const __m256 * v) {
     // inputs paired (v0, v4), (v1, v5), ... so that the result comes out in order
     __m256 halves[4], quarters[2];
     for (int i = 0; i < 4; ++i) {
