@@ -19,10 +19,11 @@ constexpr int kWeightTile = 8;  // weight rows decoded at once
 constexpr int kActGroup = 8;    // activation rows a tile takes at most
 constexpr int kBlockRun = 32;   // blocks whose scale products are made at once (at most 8 KB)
 
-// Weight rows a tile takes beside NA activation rows: 16 accumulators, or 8 for one row.
-template <int NA>
+// Weight rows (of a decoded tile of TileW) a tile takes beside NA activation
+// rows: 16 accumulators, or 8 for one row.
+template <int TileW, int NA>
 constexpr int weight_rows() {
-    return NA >= 2 ? 16 / NA : kWeightTile;
+    return std::min(TileW, NA >= 2 ? 16 / NA : kWeightTile);
 }
 
 // A weight block decoded for dpbusd, which multiplies unsigned bytes by signed
@@ -339,14 +340,14 @@ private:
     // The weight tile's rows NW at a time against NA activation rows from a.
     template <int TileW, int NA, bool Signed, bool Paired>
     void group(const TileArgs & args, int64_t a, int64_t & fetch0) {
-        constexpr int NW = std::min(TileW, weight_rows<NA>());
+        constexpr int NW = weight_rows<TileW, NA>();
         for (int w = 0; w < TileW; w += NW, fetch0 += job_.n_blocks) {
             tile<NW, NA, Signed, Paired>(args, w, a, stream, fetch0);
         }
     }
     template <int TileW, int NA>
     static constexpr int loops() {  // a group's block loops
-        return TileW / std::min(TileW, weight_rows<NA>());
+        return TileW / weight_rows<TileW, NA>();
     }
 
     const DotRowsJob & job_;
