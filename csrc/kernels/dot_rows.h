@@ -108,6 +108,32 @@ inline float hsum8(const float * l) {
     return (a0 + a2) + (a1 + a3);
 }
 
+#if GGSPEC_X86_KERNEL
+// The lane sums of 8 outputs' 8-lane accumulators at once (lane i of the result:
+// v[i]'s), each in one of ggml's orders: low half + high half lane by lane (t,
+// 4 lanes), then hsum_float_8's (t0 + t2) + (t1 + t3), or with Hadds the F16
+// dot's two hadds, (t0 + t1) + (t2 + t3). Transposed, so that the 8 share each
+// instruction; v[i] meets v[i + 4] first, which leaves the outputs in order.
+template <bool Hadds>
+__attribute__((always_inline)) GGSPEC_AVX2 inline __m256 lane_sums8(const __m256 * v) {
+    __m256 t[4];  // [t of v_i | t of v_i+4]
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
+                             _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+    }
+    __m256 u[2];  // each output's two pair sums
+    for (int i = 0; i < 2; ++i) {
+        if constexpr (Hadds) {  // t0 + t1, t2 + t3
+            u[i] = _mm256_hadd_ps(t[2 * i], t[2 * i + 1]);
+        } else {  // t0 + t2, t1 + t3
+            u[i] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm256_shuffle_ps(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+    }
+    return _mm256_hadd_ps(u[0], u[1]);
+}
+#endif
+
 // How far ahead of the rows being multiplied their weight lines are requested:
 // on Gemma 3's Q8_0 LM head one row at a time 4-8 KB gave the most (2 KB 8.2
 // ms, 4 KB 8.1, 8 KB 7.8, none 12.7), beyond the hardware prefetcher's reach,

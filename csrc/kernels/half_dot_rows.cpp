@@ -46,30 +46,6 @@ GGSPEC_AVX2 void to_float(const uint16_t * h, float * out, int64_t n) {
     for (; i < n; ++i) out[i] = load1<Bf16>(h[i]);
 }
 
-// The lane sums of 8 outputs' accumulators c_r = (a0 + a2) + (a1 + a3), each
-// as ggml's reduction takes it: low half + high half (t, 4 lanes), then F16:
-// two hadds, (t0 + t1) + (t2 + t3); BF16: hsum_float_8's (t0 + t2) + (t1 + t3).
-// Transposed, so that the 8 share each instruction: the lanes hold outputs
-// 0, 2, 4, 6, 1, 3, 5, 7.
-template <bool Bf16>
-GGSPEC_AVX2 __m256 lane_sums(const __m256 * c) {
-    __m256 t[4];  // [t_2i | t_2i+1]
-    for (int i = 0; i < 4; ++i) {
-        t[i] = _mm256_add_ps(_mm256_permute2f128_ps(c[2 * i], c[2 * i + 1], 0x20),
-                             _mm256_permute2f128_ps(c[2 * i], c[2 * i + 1], 0x31));
-    }
-    __m256 u[2];  // each output's two pair sums
-    for (int i = 0; i < 2; ++i) {
-        if constexpr (Bf16) {  // t0 + t2, t1 + t3
-            u[i] = _mm256_add_ps(_mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0x44),
-                                 _mm256_shuffle_ps(t[2 * i], t[2 * i + 1], 0xEE));
-        } else {  // t0 + t1, t2 + t3
-            u[i] = _mm256_hadd_ps(t[2 * i], t[2 * i + 1]);
-        }
-    }
-    return _mm256_hadd_ps(u[0], u[1]);
-}
-
 // Whether step s of a row of halves holds a nonzero value (signs ignored: -0
 // adds nothing either).
 GGSPEC_AVX2 bool nonzero_step(const uint16_t * h, int64_t s) {
@@ -335,12 +311,11 @@ private:
         const float * y = acts_ + (a - a0_) * stride_;
         for (int r = TA; r < 8; ++r) c[r] = c[0];  // a short tile's unused lanes
         alignas(32) float sums[8];
-        _mm256_store_ps(sums, lane_sums<Bf16>(c));
-        constexpr int kLane[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // output r's lane
+        _mm256_store_ps(sums, lane_sums8<!Bf16>(c));  // F16: the two hadds; BF16: hsum_float_8's order
         for (int r = 0; r < TA; ++r) {
             // ggml then adds the last n % 32 products one by one in double (BF16: onto a
             // zeroed double, so that -0 becomes +0)
-            float out = Bf16 ? sums[kLane[r]] + 0.0f : sums[kLane[r]];
+            float out = Bf16 ? sums[r] + 0.0f : sums[r];
             if (np_ < n_) {
                 double sum = (double) out;
                 for (int64_t i = np_; i < n_; ++i) sum += (double) (load1<Bf16>(row[i]) * y[r * stride_ + i]);

@@ -161,25 +161,6 @@ GGSPEC_AVX512 void min_terms(const WeightBlock * weights, int64_t n_blocks, cons
     }
 }
 
-// ggml's hsum_float_8 of 8 vectors at once (lane i: the sum of v[i]'s lanes, in
-// its order: the halves added lane by lane, then lanes 0 + 2 and 1 + 3, then
-// those two).
-__attribute__((always_inline)) GGSPEC_AVX512 inline __m256 sum_lanes8(const __m256 * v) {
-    // inputs paired (v0, v4), (v1, v5), ... so that the result comes out in order
-    __m256 halves[4], quarters[2];
-    for (int i = 0; i < 4; ++i) {
-        halves[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[i], v[i + 4], 0x20),
-                                  _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
-    }
-    for (int i = 0; i < 2; ++i) {
-        const __m256 s = halves[2 * i], t = halves[2 * i + 1];
-        quarters[i] = _mm256_add_ps(_mm256_shuffle_ps(s, t, _MM_SHUFFLE(1, 0, 1, 0)),
-                                    _mm256_shuffle_ps(s, t, _MM_SHUFFLE(3, 2, 3, 2)));
-    }
-    return _mm256_add_ps(_mm256_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm256_shuffle_ps(quarters[0], quarters[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
 GGSPEC_AVX512 int32_t sum_int_lanes(__m256i lanes) {
     const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
     const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
@@ -277,7 +258,7 @@ GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const Weig
             lanes[w * NA + r] = Paired ? _mm256_add_ps(_mm256_load_ps(first[w][r]), acc[w][r]) : acc[w][r];
         }
     for (int i = n_out; i < n_sums; ++i) lanes[i] = _mm256_setzero_ps();
-    for (int i = 0; i < n_sums; i += 8) _mm256_store_ps(sums + i, sum_lanes8(lanes + i));
+    for (int i = 0; i < n_sums; i += 8) _mm256_store_ps(sums + i, lane_sums8<false>(lanes + i));  // hsum_float_8's order
     for (int w = 0; w < NW; ++w) {
         for (int r = 0; r < NA; ++r) {
             const int64_t a = a0 + r;
