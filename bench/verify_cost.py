@@ -1,6 +1,7 @@
 """What a k-row verify costs against a one-row step, on each multi-row kernel path.
 
     python -m bench.verify_cost --model M.gguf [-t 2] [--context 300] [--repeats 5] [--paths vnni,avx2,off]
+                                [--rows 1 2 4 8 16 32 64]
 
 Each path loads the model, decodes the same context, then times a one-row step and
 one k-row verify per k (LM head on every row, argmax in the graph, then a rewind).
@@ -53,30 +54,32 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5, help="rounds, each path once per round")
     p.add_argument("--paths", default=",".join([*_core.row_kernel_paths(), "off"]),
                    help="comma-separated row_kernels values (default: every path this CPU runs, and off)")
+    p.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="verify sizes (1 is always timed)")
     args = p.parse_args()
     paths = args.paths.split(",")
+    rows = sorted({1, *args.rows})
 
     n_vocab = ggspec.load(args.model, n_ctx=16).n_vocab
     rng = np.random.default_rng(0)
     context = rng.integers(0, n_vocab, args.context, dtype=np.int32)
-    verifies = {k: rng.integers(0, n_vocab, k, dtype=np.int32) for k in ROWS}
-    times = {path: {k: [] for k in ROWS} for path in paths}
+    verifies = {k: rng.integers(0, n_vocab, k, dtype=np.int32) for k in rows}
+    times = {path: {k: [] for k in rows} for path in paths}
     ids: dict[str, dict[int, np.ndarray]] = {}
     for round_ in range(args.repeats):
         for path in paths[round_ % len(paths):] + paths[:round_ % len(paths)]:
             results = measure_path(args, path, context, verifies)
-            for k in ROWS:
+            for k in rows:
                 times[path][k].append(results[k][0] * 1e3)
-            ids[path] = {k: results[k][1] for k in ROWS}
+            ids[path] = {k: results[k][1] for k in rows}
     for path in paths[1:]:
-        for k in ROWS:
+        for k in rows:
             if not np.array_equal(ids[path][k], ids[paths[0]][k]):
                 raise SystemExit(f"argmax differs between row_kernels {paths[0]} and {path} at {k} rows")
 
     print(f"{args.model}, {args.threads} threads, median of {args.repeats}")
     print("| rows | " + " | ".join(f"{p} ms | {p} steps" for p in paths) + " |")
     print("|---|" + "---|---|" * len(paths))
-    for k in ROWS:
+    for k in rows:
         cells = []
         for path in paths:
             ms, one = statistics.median(times[path][k]), statistics.median(times[path][1])

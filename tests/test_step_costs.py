@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ggspec
-from ggspec.engine.batch_costs import BatchRowCosts
+from ggspec.engine.batch_costs import BatchRowCosts, slot_costs
 from ggspec.engine.governor import SpeculationCostGovernor
 from ggspec.engine.planner import plan_speculation
 from ggspec.engine.step_costs import StepCosts, measure_step_costs
@@ -120,9 +120,9 @@ def test_a_pass_that_proposes_nothing_is_a_drafting_step(tiny_model):
     seen = []
 
     class Recording(SpeculationCostGovernor):
-        def observe(self, drafted, tokens, seconds, warmup=False, drafts=0):
+        def observe(self, drafted, tokens, seconds, **kwargs):
             seen.append(drafted)
-            super().observe(drafted, tokens, seconds, warmup, drafts)
+            super().observe(drafted, tokens, seconds, **kwargs)
 
     target = ggspec.load(tiny_model("llama"))
     for speculator, expected in ((Silent(4), True), (Cheap(4), False)):
@@ -160,28 +160,47 @@ def test_measuring_leaves_the_sequence_empty_and_the_output_unchanged(tiny_model
 
 def test_a_slot_is_charged_what_its_rows_cost_the_batch():
     rows_cost = BatchRowCosts()
-    # one slot: the step's time and its drafting, as without a batch
-    assert rows_cost.shares(0.050, [8], [0.004], None) == [pytest.approx(0.054)]
-    # four slots, a step of one row each takes 40 ms and a row adds 3 ms
-    for rows in (4, 11, 4, 11, 7):
-        rows_cost.observe(4, rows, 0.040 + 0.003 * (rows - 4))
-    assert rows_cost.marginal(4, None) == pytest.approx(0.003)
-    shares = rows_cost.shares(0.061, [8, 1, 1, 1], [0.0] * 4, None)
-    assert sum(shares) == pytest.approx(0.061)
-    assert shares[0] == pytest.approx(0.010 + 0.021) and shares[1] == pytest.approx(0.010)
-    # the drafting slot lands 2 of 7 drafts: 3 tokens for itself, but the batch goes from
-    # 4 tokens in 40 ms to 6 in 61 ms, a loss; its governor sees it and parks
-    g = SpeculationCostGovernor()
-    for _ in range(40):
+    assert rows_cost.slot_rows(4, 0.003) is None  # the batch's plain step is not measured yet
+    # four slots: a step of one row each takes 40 ms; the first extra row adds 6 ms and
+    # each later one 3 ms (a multi-row kernel's row groups), which a straight line undercharges
+    for rows in (4, 5, 8, 4, 5, 8):
+        rows_cost.observe(4, rows, 0.040 + (0.006 + 0.003 * (rows - 5) if rows > 4 else 0.0))
+    curve = rows_cost.slot_rows(4, None)
+    ngram = StepCosts(BLOCK.rows, ((1, 0.0), (7, 0.0)), False, 7)  # free passes
+    costs = slot_costs(curve, ngram)
+    assert costs.plain == pytest.approx(0.010)  # the batch's plain step, split evenly
+    assert costs.verify(2) == pytest.approx(0.016) and costs.verify(5) == pytest.approx(0.025)
+    assert costs.verify(3) == pytest.approx(0.019)  # between measured totals, on their line
+    slope = rows_cost.slope(4, None)
+    assert costs.verify(7) == pytest.approx(0.025 + 2 * slope)  # past them, at the fitted slope
+    assert slot_costs(curve, BLOCK).step(1) == pytest.approx(0.016 + BLOCK.draft(1))  # its own drafter's pass
+    # a one-draft step that lands half its drafts: 1.5 tokens for its 16 ms, where the
+    # batch's plain step gives 1 for 10: a loss for the batch, and its governor parks
+    g = SpeculationCostGovernor(costs=ngram)
+    g.use_costs(costs)
+    assert g.probe_window == 1
+    for i in range(40):
         if g.should_draft():
-            g.observe(True, 3, shares[0], drafts=7)
+            g.observe(True, 1 + i % 2, costs.verify(2), drafts=1, plain_seconds=costs.plain)
         else:
-            g.observe(False, 1, shares[1])
+            g.observe(False, 1, costs.plain, plain_seconds=costs.plain)
     assert g.parked
-    naive = SpeculationCostGovernor()  # charged the whole step, as one slot alone would be
-    for _ in range(40):
-        naive.observe(True, 3, 0.061, drafts=7) if naive.should_draft() else naive.observe(False, 1, 0.040)
-    assert not naive.parked
-    # until the rows vary, the target's measured curve is the prior; without one, the average
-    assert BatchRowCosts().marginal(2, BLOCK.marginal_row()) == pytest.approx((0.030 - PLAIN_S) / 7)
-    assert BatchRowCosts().shares(0.020, [3, 1], [0.0, 0.0], None) == [pytest.approx(0.015), pytest.approx(0.005)]
+    # on the sequence's own costs (a row a third of a step) the same drafts would pay
+    assert ngram.best_gain(0.5) > 1.0 > costs.best_gain(0.5)
+    # its plain steps ran in a batch of one (25 ms a token); judged against them its
+    # drafting in a batch of four looks 2.3x faster, judged against the same batch's plain
+    # step it loses
+    for baseline, parked in ((None, False), (costs.plain, True)):
+        g = SpeculationCostGovernor()
+        for _ in range(4):
+            g.observe(False, 1, 0.025)
+        for _ in range(20):
+            if g.should_draft():
+                g.observe(True, 1 + len(g._spec) % 2, costs.verify(2), drafts=1, plain_seconds=baseline)
+        assert g.parked == parked
+    # without a prior and before the rows vary, an extra row costs the average row
+    plain_only = BatchRowCosts()
+    for _ in range(2):
+        plain_only.observe(2, 2, 0.020)
+    assert plain_only.slot_rows(2, None) == ((1, pytest.approx(0.010)), (2, pytest.approx(0.020)))
+    assert plain_only.slot_rows(2, 0.004)[1] == (2, pytest.approx(0.014))

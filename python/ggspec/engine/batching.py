@@ -10,8 +10,9 @@ Each step, in first-come order:
 
 A slot's rows get the bits its sequence alone would get (Target.forward_batch),
 so its tokens are the ones the same request gives alone, whatever the other
-slots do. Its governor is charged the slot's share of what the step cost the
-batch (engine/batch_costs.py), so drafting is kept where it pays for the batch.
+slots do. Its governor is charged what the slot's rows cost the batch, against
+a plain step's share of the same batch (engine/batch_costs.py), so drafting is
+kept where it pays for the batch.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections import deque
 
 import numpy as np
 
-from ggspec.engine.batch_costs import BatchRowCosts
+from ggspec.engine.batch_costs import BatchRowCosts, slot_costs
 from ggspec.engine.execution import SpeculativeExecution, StepPlan
 from ggspec.engine.governor import GovernorMemory, SpeculationCostGovernor
 from ggspec.engine.planner import (SpeculationPlan, attached_drafter, check_draft_model, drafter_attached,
@@ -99,7 +100,7 @@ class BatchScheduler:
         decoding = [(slot, part) for slot, part in parts if isinstance(part, StepPlan)]
         # a prompt chunk or a graph build makes the step's time say nothing about decoding
         steady = len(decoding) == len(parts) and self.target.graph_builds == builds
-        shares = self._shares(decoding, elapsed, steady)
+        charges = self._charges(decoding, elapsed, steady)
         row = out_row = 0
         for (slot, part), item in zip(parts, items):
             n_out = {"all": len(item.tokens), "last": 1, "none": 0}[item.head]
@@ -110,7 +111,7 @@ class BatchScheduler:
             out_row += n_out
             slot.run.max_batch_slots = max(slot.run.max_batch_slots, len(items))
             try:
-                self._take(slot, part, rows, elapsed, shares.get(slot.seq), steady)
+                self._take(slot, part, rows, elapsed, charges.get(slot.seq, (None, None)), steady)
             except Exception as e:  # noqa: BLE001 - the request's own error
                 self._fail(slot, e)
 
@@ -177,25 +178,39 @@ class BatchScheduler:
                 parts.append((slot, plan))
         return items, parts
 
-    def _shares(self, decoding: list[tuple[_Slot, StepPlan]], elapsed: float, steady: bool) -> dict[int, float]:
-        """Each decoding slot's share of the step's cost to the batch (engine/batch_costs.py), by sequence."""
+    def _charges(self, decoding: list[tuple[_Slot, StepPlan]], elapsed: float,
+                 steady: bool) -> dict[int, tuple[float, float | None]]:
+        """By sequence, each decoding slot's (what its step cost the batch, what a plain
+        step would have in its place), from the batch's row costs (engine/batch_costs.py),
+        which its governor plans from too; until the batch's plain step is measured, the
+        step's time split by rows, against the governor's own plain steps."""
         if not decoding:
             return {}
-        rows = [len(plan.rows) for _, plan in decoding]
+        n, total = len(decoding), sum(len(plan.rows) for _, plan in decoding)
         if steady:
-            self.row_costs.observe(len(rows), sum(rows), elapsed)
-        costs = [slot.execution.governor.costs for slot, _ in decoding]
-        priors = [c.marginal_row() for c in costs if c is not None]
-        shares = self.row_costs.shares(elapsed, rows, [plan.draft_seconds for _, plan in decoding],
-                                       sum(priors) / len(priors) if priors else None)
-        return {slot.seq: share for (slot, _), share in zip(decoding, shares)}
+            self.row_costs.observe(n, total, elapsed)
+        solos = [slot.execution.governor.solo_costs for slot, _ in decoding]
+        priors = [solo.marginal_row() for solo in solos if solo is not None]
+        rows = self.row_costs.slot_rows(n, sum(priors) / len(priors) if priors else None)
+        charges = {}
+        for (slot, plan), solo in zip(decoding, solos):
+            if rows is None:
+                charges[slot.seq] = (elapsed * len(plan.rows) / total + plan.draft_seconds, None)
+                continue
+            costs = slot_costs(rows, solo)
+            if solo is not None:
+                slot.execution.governor.use_costs(costs)
+            charges[slot.seq] = (costs.verify(len(plan.rows)) + plan.draft_seconds, costs.plain)
+        return charges
 
-    def _take(self, slot: _Slot, part, out: ForwardResult, elapsed: float, share: float | None,
-              steady: bool) -> None:
+    def _take(self, slot: _Slot, part, out: ForwardResult, elapsed: float,
+              charge: tuple[float | None, float | None], steady: bool) -> None:
         execution, run = slot.execution, slot.run
         if isinstance(part, StepPlan):
             execution.stats.seconds["verify"] += elapsed
-            emitted = execution.finish_step(part, out, seconds=share, warmup=not steady)
+            seconds, plain_seconds = charge
+            emitted = execution.finish_step(part, out, seconds=seconds, plain_seconds=plain_seconds,
+                                            warmup=not steady)
         else:
             start = slot.prefilled
             chunk = slot.prompt[start:start + part]

@@ -171,10 +171,13 @@ class SpeculativeExecution:
         return StepPlan([history[-1], *drafts], drafts, shadow, position, t0, builds, drafting,
                         self.clock() - t0)
 
-    def finish_step(self, plan: "StepPlan", out, seconds: float | None = None, warmup: bool = False) -> list[int]:
+    def finish_step(self, plan: "StepPlan", out, seconds: float | None = None, warmup: bool = False,
+                    plain_seconds: float | None = None) -> list[int]:
         """Accepts, rolls back and commits after the plan's forward; returns the emitted
         tokens. seconds: what the step cost this sequence (default: since it was planned),
-        for the governor; warmup: its time is not steady state (the governor skips it)."""
+        for the governor; plain_seconds: what a plain step would have cost in its place
+        (default: the governor's plain steps tell); warmup: its time is not steady state
+        (the governor skips it)."""
         target, stats = self.target, self.stats
         rows, drafts, position = plan.rows, plan.drafts, plan.position
         with stats.phase("verify"):
@@ -200,7 +203,8 @@ class SpeculativeExecution:
         if plan.shadow is not None:
             self.governor.observe_shadow(plan.shadow[:1] == emitted[:1])
         self.governor.observe(plan.drafting, len(emitted), self.clock() - plan.t0 if seconds is None else seconds,
-                              warmup=warmup or target.graph_builds != plan.builds, drafts=len(drafts))
+                              warmup=warmup or target.graph_builds != plan.builds, drafts=len(drafts),
+                              plain_seconds=plain_seconds)
         stats.governor_parked_steps = self.governor.parked_steps - self._governor_start[0]
         stats.governor_probes = self.governor.probes - self._governor_start[1]
         stats.state_transfer_bytes = target.state_transfer_bytes - self._state_bytes_start

@@ -8,7 +8,9 @@ It knows nothing about the algorithm, so a drafter however bad costs at most
 its probes. With the target's step costs, measured when speculation is planned
 (engine/step_costs.py), it also knows what a probe costs before running one, so
 a fresh process's first short generation loses no more than a plain one; in a
-batch it is charged each step's cost to the whole batch (engine/batch_costs.py).
+batch it is charged each step's cost to the whole batch, judged against a plain
+step of the same batch, and planned from the batch's row costs
+(engine/batch_costs.py).
 """
 
 from __future__ import annotations
@@ -52,11 +54,10 @@ class SpeculationCostGovernor:
                  plain_refresh: int = 64, min_plain_samples: int = 2, shadow_hits_to_rearm: int = 4,
                  costs: StepCosts | None = None, overhead: float = 0.005, max_budget_park_steps: int = 512):
         self.enabled = enabled
-        self.costs = costs
+        self.solo_costs = costs  # its sequence's own; a batch slot's governor is handed the batch's
+        self.use_costs(costs)
         self.overhead = overhead
         self.max_budget_park = max_budget_park_steps
-        # whether drafting could pay on this machine if every draft landed
-        self._could_pay = costs is None or costs.best_gain(1.0) > 1.0
         self.judge_window = judge_window
         self.probe_steps = probe_steps
         self.probe_window = 1 if costs is not None else probe_window
@@ -69,7 +70,7 @@ class SpeculationCostGovernor:
         self._shadow_hits = 0
         self._shadow: deque[bool] = deque(maxlen=16)  # the last shadow proposals' hits
         self._plain: deque[tuple[int, float]] = deque(maxlen=plain_window)
-        self._spec: deque[tuple[int, float]] = deque(maxlen=judge_window)
+        self._spec: deque[tuple[int, float]] = deque(maxlen=judge_window)  # (tokens, plain's tokens)
         self._park_len = park_steps
         self._parked_left = 0
         self._probing = True          # the first drafting steps are a probe
@@ -80,6 +81,19 @@ class SpeculationCostGovernor:
         # reported in the stats
         self.parked_steps = 0
         self.probes = 0
+
+    def use_costs(self, costs: StepCosts | None) -> None:
+        """The step costs its probes are planned and judged from: its sequence's own, or
+        what a slot's rows cost its batch now (engine/batch_costs.py)."""
+        self.costs = costs
+        self._could_pay_now = None
+
+    @property
+    def _could_pay(self) -> bool:
+        """Whether drafting could pay on these costs if every draft landed."""
+        if self._could_pay_now is None:
+            self._could_pay_now = self.costs is None or self.costs.best_gain(1.0) > 1.0
+        return self._could_pay_now
 
     # --- decisions -------------------------------------------------------------
     def should_draft(self) -> bool:
@@ -98,17 +112,20 @@ class SpeculationCostGovernor:
             return False
         return True
 
-    def observe(self, drafted: bool, tokens: int, seconds: float, warmup: bool = False, drafts: int = 0) -> None:
+    def observe(self, drafted: bool, tokens: int, seconds: float, warmup: bool = False, drafts: int = 0,
+                plain_seconds: float | None = None) -> None:
         """One finished step. drafted: the drafter ran for it (whether or not it
         proposed); drafts: how many it verified. warmup: it paid a one-time cost (a
-        graph build), so its time says nothing about steady state and is not counted."""
+        graph build), so its time says nothing about steady state and is not counted.
+        plain_seconds: what a plain step would have cost in its place (a batch slot's,
+        in the same batch); by default, at the recent plain steps' rate."""
         if not self.enabled:
             return
+        plain_rate = 1.0 / plain_seconds if plain_seconds else self._rate(self._plain)
         if drafted and self._probing and self.costs is not None:
             # what the step lost against plain, in plain steps: measured (a drafter's catch-up
             # over the steps it was parked included), or the costs' figure when the step's
             # time is not steady; acceptance needs no clean timing
-            plain_rate = self._rate(self._plain)
             if warmup or seconds <= 0.0 or plain_rate <= 0.0:
                 lost = self.costs.extra(drafts)
             else:
@@ -122,13 +139,13 @@ class SpeculationCostGovernor:
             self._since_plain = 0
             return
         self._since_plain += 1
-        self._spec.append((tokens, seconds))
-        spec_rate, plain_rate = self._rate(self._spec), self._rate(self._plain)
+        self._spec.append((tokens, seconds * plain_rate))  # its tokens, and plain's in its time
+        got, plain = sum(t for t, _ in self._spec), sum(p for _, p in self._spec)
         if self._probing and len(self._spec) < self.probe_steps:
-            if spec_rate < self.clear_loss * plain_rate:
+            if got < self.clear_loss * plain:
                 self._park()  # no need to spend the rest of the probe on a drafter this bad
             return
-        if spec_rate < plain_rate and len(self._spec) >= self.probe_steps:
+        if got < plain and len(self._spec) >= self.probe_steps:
             self._park()
         elif self._probing:
             self._arm()
@@ -187,7 +204,7 @@ class SpeculationCostGovernor:
         if self.costs is not None:
             # long enough that what the probe, or the judged drafting steps, lost is
             # `overhead` of the plain time it parks for
-            judged = sum(s for _, s in self._spec) * self._rate(self._plain) - sum(t for t, _ in self._spec)
+            judged = sum(p - t for t, p in self._spec)
             lost = self._lost + max(0.0, judged)
             length = max(length, min(self.max_budget_park, math.ceil(lost / self.overhead)))
         self._parked_left = length
