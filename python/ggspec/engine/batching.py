@@ -189,6 +189,8 @@ class BatchScheduler:
         n, total = len(decoding), sum(len(plan.rows) for _, plan in decoding)
         if steady:
             self.row_costs.observe(n, total, elapsed)
+        if all(slot.execution.speculator is None for slot, _ in decoding):
+            return {}  # no governor has a decision to make
         solos = [slot.execution.governor.solo_costs for slot, _ in decoding]
         priors = [solo.marginal_row() for solo in solos if solo is not None]
         rows = self.row_costs.slot_rows(n, sum(priors) / len(priors) if priors else None)
