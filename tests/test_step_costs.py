@@ -194,9 +194,9 @@ def test_a_slot_is_charged_what_its_rows_cost_the_batch():
         g = SpeculationCostGovernor()
         for _ in range(4):
             g.observe(False, 1, 0.025)
-        for _ in range(20):
+        for i in range(20):
             if g.should_draft():
-                g.observe(True, 1 + len(g._spec) % 2, costs.verify(2), drafts=1, plain_seconds=baseline)
+                g.observe(True, 1 + i % 2, costs.verify(2), drafts=1, plain_seconds=baseline)
         assert g.parked == parked
     # without a prior and before the rows vary, an extra row costs the average row
     plain_only = BatchRowCosts()
