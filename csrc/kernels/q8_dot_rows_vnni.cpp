@@ -20,10 +20,13 @@ constexpr int kActGroup = 8;    // activation rows a tile takes at most
 constexpr int kBlockRun = 32;   // blocks whose scale products are made at once (at most 8 KB)
 
 // Weight rows (of a decoded tile of TileW) a tile takes beside NA activation
-// rows: 16 accumulators, or 8 for one row.
+// rows: the most, in powers of two, that keep its accumulators to 20 of the 32
+// registers (the rest hold the weight rows and an activation block).
 template <int TileW, int NA>
 constexpr int weight_rows() {
-    return std::min(TileW, NA >= 2 ? 16 / NA : kWeightTile);
+    int rows = TileW;
+    while (rows > 1 && rows * NA > 20) rows /= 2;
+    return rows;
 }
 
 // A weight block decoded for dpbusd, which multiplies unsigned bytes by signed
@@ -299,7 +302,9 @@ public:
     WeightStream stream;
 
 private:
-    // The chunk's rows in groups of 8, then one of 4, 2 and 1 as they remain.
+    // The chunk's rows in groups of 8, then one of the rows that remain: a tile of
+    // one activation row makes each block's scale products for that row alone, and
+    // an 8 x 1 tile cost Gemma 3's fifth verify row half as much again as a 4 x 4's.
     template <int TileW, bool Signed, bool Paired>
     void run_as(int64_t w0, int64_t slot, int64_t chunk0) {
         const int64_t nb = job_.n_blocks, n = acts_.n;
@@ -310,13 +315,19 @@ private:
             min_terms<TileW>(weights, nb, acts_.sums, n, mins);
         }
         const TileArgs args{job_, weights, w0, acts_, chunk0, mins};
-        stream.spread(n / 8 * loops<TileW, 8>() + (n % 8 >= 4 ? loops<TileW, 4>() : 0) +
-                      (n % 4 >= 2 ? loops<TileW, 2>() : 0) + (n % 2 ? loops<TileW, 1>() : 0));
+        stream.spread(n / 8 * loops<TileW, 8>() + remainder_loops<TileW>(n % 8));
         int64_t a = 0, fetch0 = 0;
         for (; a + 8 <= n; a += 8) group<TileW, 8, Signed, Paired>(args, a, fetch0);
-        if (a + 4 <= n) group<TileW, 4, Signed, Paired>(args, a, fetch0), a += 4;
-        if (a + 2 <= n) group<TileW, 2, Signed, Paired>(args, a, fetch0), a += 2;
-        if (a < n) group<TileW, 1, Signed, Paired>(args, a, fetch0);
+        switch (n - a) {
+            case 1: return group<TileW, 1, Signed, Paired>(args, a, fetch0);
+            case 2: return group<TileW, 2, Signed, Paired>(args, a, fetch0);
+            case 3: return group<TileW, 3, Signed, Paired>(args, a, fetch0);
+            case 4: return group<TileW, 4, Signed, Paired>(args, a, fetch0);
+            case 5: return group<TileW, 5, Signed, Paired>(args, a, fetch0);
+            case 6: return group<TileW, 6, Signed, Paired>(args, a, fetch0);
+            case 7: return group<TileW, 7, Signed, Paired>(args, a, fetch0);
+            default: return;
+        }
     }
     // The weight tile's rows NW at a time against NA activation rows from a.
     template <int TileW, int NA, bool Signed, bool Paired>
@@ -329,6 +340,12 @@ private:
     template <int TileW, int NA>
     static constexpr int loops() {  // a group's block loops
         return TileW / weight_rows<TileW, NA>();
+    }
+    template <int TileW>
+    static constexpr int remainder_loops(int64_t rows) {  // those of a group of rows < 8
+        constexpr int table[8] = {0, loops<TileW, 1>(), loops<TileW, 2>(), loops<TileW, 3>(), loops<TileW, 4>(),
+                                  loops<TileW, 5>(), loops<TileW, 6>(), loops<TileW, 7>()};
+        return table[rows];
     }
 
     const DotRowsJob & job_;
