@@ -1,6 +1,7 @@
 """Short generations with a useless drafter: does speculation cost anything there?
 
     python -m bench.short_runs [--rounds 3] [--tokens 96] [--requests 20] [-t 2]
+                               [--kinds fresh engine] [--drafters draft-head block]
 
 On a random qwen35 of the shape the governor's issue names (f16, n_embd 1024, 16
 layers, about 565 MB, with its random NextN head) and a random DFlash drafter
@@ -15,7 +16,9 @@ layers, about 565 MB, with its random NextN head) and a random DFlash drafter
 
 Each round runs every configuration, in an order rotated each round; reported
 per (drafter, kind): the median of the per-round ratios of generated tokens/s
-to plain. The prompts are token ids drawn from the vocabulary.
+to plain, and the ratio in sum over all rounds (every generated token over every
+second of generation, each side). The prompts are token ids drawn from the
+vocabulary.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from bench.harness import synthetic_file
 from bench.qwen35_rollback import SHAPE
 from ggspec.speculators.options import SpecOptions
 
-DRAFTERS = ("none", "draft-head", "block")
+DRAFTERS = ("draft-head", "block")
 
 
 def synthetic_model() -> Path:
@@ -53,22 +56,22 @@ def spec_flags(drafter: str, drafter_path: Path) -> list[str]:
     return ["--spec-type", drafter]
 
 
-def fresh_run(model: Path, tokens: int, threads: int, prompt: str, flags: list[str]) -> float:
-    """Generated tokens/s of a fresh `ggspec generate` with these speculation flags; prints its
-    load and speculation setup time."""
+def fresh_run(model: Path, tokens: int, threads: int, prompt: str, flags: list[str]) -> tuple[int, float]:
+    """Generated tokens and seconds of a fresh `ggspec generate` with these speculation flags;
+    prints its load and speculation setup time."""
     cmd = [sys.executable, "-m", "ggspec", "generate", "-m", str(model), "-p", prompt, "-n", str(tokens),
            "--ignore-eos", "--temp", "0", "-t", str(threads), "--json", *flags]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600).stdout
     result = json.loads(out.splitlines()[-1])
     print(f"  load {result['load_ms']:.0f} ms, speculation setup {result['stats']['setup_ms']:.0f} ms")
-    return result["stats"]["gen_tokens_per_second"]
+    return result["stats"]["gen_tokens"] - 1, result["stats"]["gen_seconds"]
 
 
 def engine_round(model: ggspec.Model, drafter_path: Path, prompts: list[list[int]], tokens: int,
-                 order: tuple[str, ...]) -> dict[str, float]:
-    """Generated tokens/s per drafter over consecutive requests, each drafter in an
-    Engine of its own (its governor carrying what it learned from one request to the
-    next); the engines take each prompt in turn, so host drift hits them alike."""
+                 order: tuple[str, ...]) -> dict[str, tuple[int, float]]:
+    """Generated tokens and seconds per drafter over consecutive requests, each drafter
+    in an Engine of its own (its governor carrying what it learned from one request to
+    the next); the engines take each prompt in turn, so host drift hits them alike."""
     specs = {"none": False, "draft-head": "draft-head",
              "block": SpecOptions(spec_type="block", draft_model=str(drafter_path))}
     generated = dict.fromkeys(order, 0.0)
@@ -85,7 +88,7 @@ def engine_round(model: ggspec.Model, drafter_path: Path, prompts: list[list[int
     finally:
         for engine in engines.values():
             engine.close()
-    return {drafter: generated[drafter] / seconds[drafter] for drafter in order}
+    return {drafter: (generated[drafter], seconds[drafter]) for drafter in order}
 
 
 def main() -> None:
@@ -95,6 +98,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=20)
     ap.add_argument("-t", "--threads", type=int, default=2)
     ap.add_argument("--kinds", nargs="+", default=["fresh", "engine"], choices=["fresh", "engine"])
+    ap.add_argument("--drafters", nargs="+", default=list(DRAFTERS), choices=DRAFTERS)
     args = ap.parse_args()
     model_path, drafter_path = synthetic_model(), synthetic_drafter()
     rng = np.random.default_rng(0)
@@ -102,25 +106,32 @@ def main() -> None:
     model = ggspec.Model(str(model_path), n_ctx=1024, n_threads=args.threads, prefix_cache_mb=None)
     prompts = [rng.integers(3, model.target.n_vocab, size=48).tolist() for _ in range(args.requests)]
     text = "The harbor was quiet in the early morning, and the boats"
-    rates: dict[tuple[str, str], list[float]] = {}
+    configs = ("none", *args.drafters)
+    runs: dict[tuple[str, str], list[tuple[int, float]]] = {}  # (generated tokens, seconds) per round
     for round_ in range(args.rounds):
-        order = DRAFTERS[round_ % 3:] + DRAFTERS[:round_ % 3]
+        order = configs[round_ % len(configs):] + configs[:round_ % len(configs)]
         for kind in args.kinds:
             if kind == "fresh":
-                round_rates = {d: fresh_run(model_path, args.tokens, args.threads, text, spec_flags(d, drafter_path))
-                               for d in order}
+                round_runs = {d: fresh_run(model_path, args.tokens, args.threads, text, spec_flags(d, drafter_path))
+                              for d in order}
             else:
-                round_rates = engine_round(model, drafter_path, prompts, args.tokens, order)
-            for drafter, rate in round_rates.items():
-                rates.setdefault((kind, drafter), []).append(rate)
-                print(f"round {round_} {kind} {drafter}: {rate:.2f} tok/s", flush=True)
-    print("\n| kind | drafter | tok/s (median) | ratio to plain (median of rounds) |\n|---|---|---|---|")
+                round_runs = engine_round(model, drafter_path, prompts, args.tokens, order)
+            for drafter, (tokens, seconds) in round_runs.items():
+                runs.setdefault((kind, drafter), []).append((tokens, seconds))
+                print(f"round {round_} {kind} {drafter}: {tokens / seconds:.2f} tok/s", flush=True)
+    print("\n| kind | drafter | tok/s (median) | ratio to plain (median of rounds) | in sum over all rounds |\n"
+          "|---|---|---|---|---|")
     for kind in args.kinds:
-        plain = rates[(kind, "none")]
-        for drafter in DRAFTERS:
-            values = rates[(kind, drafter)]
-            ratio = statistics.median(v / p for v, p in zip(values, plain))
-            print(f"| {kind} | {drafter} | {statistics.median(values):.2f} | {ratio:.3f} |")
+        plain = runs[(kind, "none")]
+        for drafter in configs:
+            rates = [t / s for t, s in runs[(kind, drafter)]]
+            ratio = statistics.median(r / (t / s) for r, (t, s) in zip(rates, plain))
+            in_sum = _rate(runs[(kind, drafter)]) / _rate(plain)
+            print(f"| {kind} | {drafter} | {statistics.median(rates):.2f} | {ratio:.3f} | {in_sum:.3f} |")
+
+
+def _rate(runs: list[tuple[int, float]]) -> float:
+    return sum(t for t, _ in runs) / sum(s for _, s in runs)
 
 
 if __name__ == "__main__":

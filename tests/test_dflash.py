@@ -2,6 +2,8 @@
 off giving the same output (greedy, seeded, after a reused prefix), the bindings
 that must fail loudly, and llama.cpp running the same files."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,7 +21,7 @@ from ggspec.speculators.block import BlockDraftSpeculator
 from tests.fixtures.tiny_dflash import write_tiny_dflash
 from tests.fixtures.tiny_models import write_tiny_model
 from tests.fixtures.tiny_qwen35 import write_tiny_qwen35
-from tests.test_qwen35 import GREEDY, decode
+from tests.test_qwen35 import GREEDY, ParkingGovernor, decode
 from tests.reference.numpy_dflash import DFlashReference
 from tests.reference.numpy_model import ReferenceModel
 
@@ -215,6 +217,69 @@ def test_the_block_is_dropped_and_rows_inject_where_committed(qwen3_target, tmp_
     for field in ("values", "ids"):
         np.testing.assert_array_equal(getattr(first, field), getattr(again, field))
         np.testing.assert_array_equal(getattr(first, field), getattr(whole, field))
+
+
+def test_rows_injected_after_a_gap_mask_the_positions_before_them(qwen3_target, tmp_path):
+    """Rows 18..29 alone (a reused prefix's rows, or those a parked drafter dropped, are
+    never injected): the drafts are the reference's with those positions alone in context."""
+    drafter_path = write_tiny_dflash(tmp_path / "drafter.gguf")
+    target = ggspec.load(qwen3_target, n_ctx=256, n_threads=2)
+    drafter = target.attach_drafter(drafter_path)
+    features = target.spec_forward(list(range(10, 40)), hidden_layers=list(drafter.target_layers)).hidden
+    drafter.inject(features[18:], 18)
+    draft = drafter.draft(77, 30, 6, 10)
+    ref = DFlashReference(drafter_path, ReferenceModel(qwen3_target))
+    logits = ref.draft(ref.inject(features[18:], 18), 77, 5)
+    np.testing.assert_allclose(draft.values, np.sort(logits, axis=1)[:, ::-1][:, :10], rtol=0, atol=0.02)
+    assert draft.walk()[0] == logits.argmax(1).tolist()
+    assert np.abs(logits - ref.draft(ref.inject(features), 77, 5)).max() > 0.1  # the masking mattered
+
+
+class RecordingDrafter:
+    """A block drafter that keeps every inject's positions: (first, end)."""
+
+    def __init__(self, drafter):
+        self._drafter, self.injected = drafter, []
+
+    def __getattr__(self, name):
+        return getattr(self._drafter, name)
+
+    def inject(self, features, start):
+        self.injected.append((start, start + len(features)))
+        self._drafter.inject(features, start)
+
+
+def test_a_parked_drafter_injects_the_prompt_and_its_last_rows_only(targets):
+    """Parked for 40 steps after a 40-token prompt, the drafter's first proposal injects
+    the prompt's rows and its last 32 (the 8 before them masked), not all 80; never
+    parked, the prompt's; each later one what the last verify kept. The output is plain
+    decoding's either way."""
+    target = targets["qwen3"]
+    prompt = list(range(20, 60))
+    plain, _ = decode(target, GREEDY, prompt, 64)
+    for drafting, first in ((set(range(40, 100)), [(0, 40), (48, 80)]), (set(range(100)), [(0, 40)])):
+        drafter = RecordingDrafter(target.block_drafter)
+        spec = BlockDraftSpeculator(drafter, 4, 0.0)
+        target.reset()
+        execution = SpeculativeExecution(target, Sampler(GREEDY, target.n_vocab), spec,
+                                         governor=ParkingGovernor(drafting=drafting))
+        assert [t for step in execution.generate(prompt, 64) for t in step] == plain
+        assert drafter.injected[:len(first)] == first and spec.parked_catch_up == 32
+        assert all(end - start <= 5 for start, end in drafter.injected[len(first):])
+        assert execution.stats.draft_n > 0
+
+
+def test_a_drafter_never_let_draft_keeps_the_prompt_and_its_last_rows():
+    """What stays queued while the governor parks from the first step on without a
+    begin(): the prompt's commits, then about the last parked_catch_up rows."""
+    spec = BlockDraftSpeculator(SimpleNamespace(max_draft=4, target_layers=(0,)), parked_catch_up=4)
+    spec.commit([1] * 6, np.zeros((6, 2)), 0)
+    spec.commit([1] * 3, np.zeros((3, 2)), 6)  # a prompt in two chunks
+    for position in range(9, 20):
+        spec.idle()
+        spec.commit([1], np.zeros((1, 2)), position)
+    assert [(first, len(rows)) for first, rows in spec._queued] == [(0, 6), (6, 3), (16, 1), (17, 1), (18, 1),
+                                                                    (19, 1)]
 
 
 @pytest.fixture(scope="module")

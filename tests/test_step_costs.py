@@ -71,7 +71,7 @@ def test_a_good_drafter_is_armed_after_its_probe_with_its_whole_window():
 def test_a_probe_that_cost_more_than_planned_parks_longer():
     """A per-token head first catches up on every row it missed while parked: the probe's
     measured loss, not the planned one, sets the parking, up to its cap."""
-    for step_seconds, expected in ((3 * PLAIN_S, 400), (20 * PLAIN_S, 512)):
+    for step_seconds, expected in ((2 * PLAIN_S, 400), (20 * PLAIN_S, 512)):
         g = SpeculationCostGovernor(costs=BLOCK)
         drive(g, 2, lambda i, n: 0)
         assert g.should_draft()

@@ -100,11 +100,12 @@ class DFlashReference:
         v = (x @ wv.T).reshape(raw.shape) if wv is not None else rms(raw, None, self.eps)
         return k, v
 
-    def inject(self, features: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per layer (K, V) [P, n_head_kv, head_dim] of committed positions 0..P-1."""
+    def inject(self, features: np.ndarray, start: int = 0) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per layer (K, V) [P, n_head_kv, head_dim] of committed positions start..start+P-1,
+        and those positions: the ones before start are not in the context."""
         g = rms(np.asarray(features, np.float64) @ self.w["fc.weight"].T, self.w["enc.output_norm.weight"], self.eps)
-        positions = np.arange(len(g))
-        return [self._keys_values(il, g, positions) for il in range(self.n_layer)]
+        positions = np.arange(start, start + len(g))
+        return [(*self._keys_values(il, g, positions), positions) for il in range(self.n_layer)]
 
     def _convolved(self, il: int, side: str, normed: np.ndarray, sublayer) -> np.ndarray:
         if not self.dflash2:
@@ -114,7 +115,8 @@ class DFlashReference:
         return grouped_conv(inner, dyn, base, 1, self.kernel, self.group)
 
     def draft(self, context, anchor: int, n_max: int) -> np.ndarray:
-        """Logits [n_max, n_vocab] of the MASK rows of [anchor, MASK x n_max] at positions P..;
+        """Logits [n_max, n_vocab] of the MASK rows of [anchor, MASK x n_max] at the positions
+        after the context's last;
         a DFlash2 drafter's after its logit transform."""
         logits, _ = self._block(context, [anchor] + [self.mask] * n_max)
         return logits[1:]
@@ -161,7 +163,8 @@ class DFlashReference:
         return tokens, probabilities
 
     def _block(self, context, tokens: list[int]) -> tuple[np.ndarray, np.ndarray]:
-        pos0, n = len(context[0][0]), len(tokens)
+        context_positions = context[0][2]
+        pos0, n = context_positions[-1] + 1, len(tokens)
         positions = np.arange(pos0, pos0 + n)
         embd = self.w.get("token_embd.weight", self.target["token_embd.weight"])
         x = embd[tokens].copy()
@@ -171,7 +174,7 @@ class DFlashReference:
                 q = rope_neox(rms(q, self._layer(il, "attn_q_norm"), self.eps), positions, self.n_rot, self.base)
                 k, v = self._keys_values(il, h, positions)
                 keys, values = np.concatenate([context[il][0], k]), np.concatenate([context[il][1], v])
-                key_positions = np.concatenate([np.arange(pos0), positions])
+                key_positions = np.concatenate([context_positions, positions])
                 hidden = np.zeros((n, len(key_positions)), bool)  # non-causal
                 if self.n_swa and self.swa[il]:
                     hidden |= positions[:, None] - key_positions[None] >= self.n_swa

@@ -52,7 +52,7 @@ class SpeculationCostGovernor:
                  probe_steps: int = 2, probe_window: int = 2, clear_loss: float = 0.7, park_steps: int = 8,
                  max_park_steps: int = 128,
                  plain_refresh: int = 64, min_plain_samples: int = 2, shadow_hits_to_rearm: int = 4,
-                 costs: StepCosts | None = None, overhead: float = 0.005, max_budget_park_steps: int = 512):
+                 costs: StepCosts | None = None, overhead: float = 0.0025, max_budget_park_steps: int = 512):
         self.enabled = enabled
         self.solo_costs = costs  # its sequence's own; a batch slot's governor is handed the batch's
         self.use_costs(costs)
@@ -121,8 +121,13 @@ class SpeculationCostGovernor:
         in the same batch); by default, at the recent plain steps' rate."""
         if not self.enabled:
             return
+        if not drafted:
+            if not warmup and seconds > 0.0:
+                self._plain.append((tokens, seconds))
+                self._since_plain = 0
+            return
         plain_rate = 1.0 / plain_seconds if plain_seconds else self._rate(self._plain)
-        if drafted and self._probing and self.costs is not None:
+        if self._probing and self.costs is not None:
             # what the step lost against plain, in plain steps: measured (a drafter's catch-up
             # over the steps it was parked included), or the costs' figure when the step's
             # time is not steady; acceptance needs no clean timing
@@ -133,10 +138,6 @@ class SpeculationCostGovernor:
             self._judge_probe(tokens - 1, drafts, lost)
             return
         if warmup or seconds <= 0.0:
-            return
-        if not drafted:
-            self._plain.append((tokens, seconds))
-            self._since_plain = 0
             return
         self._since_plain += 1
         self._spec.append((tokens, seconds * plain_rate))  # its tokens, and plain's in its time
