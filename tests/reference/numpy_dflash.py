@@ -116,8 +116,7 @@ class DFlashReference:
 
     def draft(self, context, anchor: int, n_max: int) -> np.ndarray:
         """Logits [n_max, n_vocab] of the MASK rows of [anchor, MASK x n_max] at the positions
-        after the context's last;
-        a DFlash2 drafter's after its logit transform."""
+        after the context's last; a DFlash2 drafter's after its logit transform."""
         logits, _ = self._block(context, [anchor] + [self.mask] * n_max)
         return logits[1:]
 

@@ -15,14 +15,14 @@ and a drafter the governor never lets draft keeps no more than the prompt's rows
 A step with a tighter budget (a governor probe, the end of the generation) runs a
 shorter block: cheaper, and its drafts differ from a full block's (the drafter is
 non-causal), never the output. The draft is the drafter's greedy walk (a DFlash2
-lattice, or each row's argmax, a DSpark row's after its Markov bias); it stops where the cumulative
-probability of the prefix falls below min_draft_prob, or, for a DSpark drafter with
-a confidence head, where a row's confidence does (llama.cpp's draft-dspark gate). An
-anchor-first DSpark block of n rows drafts n tokens. In rejection mode a DFlash or
-DSpark block draws each row's draft from q, the request's chain over that row (its
-rows are drafted in one pass, so each row's q is its own whatever the rows before it
-drew); a DFlash2 lattice walk defines no distribution, so its q stays one-hot (match
-mode's acceptance).
+lattice, or each row's argmax, a DSpark row's after its Markov bias); it stops
+where the cumulative probability of the prefix falls below min_draft_prob, or, for
+a DSpark drafter with a confidence head, where a row's confidence does (llama.cpp's
+draft-dspark gate). An anchor-first DSpark block of n rows drafts n tokens. In
+rejection mode a DFlash or DSpark block draws each row's draft from q, the request's
+chain over that row (its rows are drafted in one pass, so each row's q is its own
+whatever the rows before it drew); a DFlash2 lattice walk defines no distribution,
+so its q stays one-hot (match mode's acceptance).
 """
 
 from __future__ import annotations
@@ -70,9 +70,10 @@ class BlockDraftSpeculator(Speculator):
     def _drop_oldest(self) -> None:
         """Drops unpinned commits, oldest first, while parked_catch_up rows remain without
         them (so at most one commit's rows more are kept, and nothing is copied a step)."""
-        kept = sum(len(rows) for _, rows in self._queued[self._pinned:])
-        while len(self._queued) > self._pinned and kept - len(self._queued[self._pinned][1]) >= self.parked_catch_up:
-            kept -= len(self._queued.pop(self._pinned)[1])
+        queued = self._queued
+        kept = sum(len(rows) for _, rows in queued[self._pinned:])
+        while len(queued) > self._pinned and kept - len(queued[self._pinned][1]) >= self.parked_catch_up:
+            kept -= len(queued.pop(self._pinned)[1])
 
     def propose(self, ctx: DraftContext, out: list[int]) -> int:
         runs: list[list] = []  # [first, end, rows] of consecutive positions, injected in one pass
