@@ -403,7 +403,8 @@ def test_the_cli_attaches_a_drafter(qwen3_target, tmp_path):
     common = ["generate", "-m", str(qwen3_target), "-p", "a b c", "--temp", "0", "-n", "24", "-t", "2", "-c", "256",
               "--ignore-eos", "--json"]
     plain = run_cli(*common, "--no-spec")
-    spec = run_cli(*common, "--draft-model", drafter, "--spec-pmin", "0")
+    # the governor off: on a tiny model its measured step costs may say drafting never pays
+    spec = run_cli(*common, "--draft-model", drafter, "--spec-governor", "off", "--spec-pmin", "0")
     assert plain.returncode == 0 and spec.returncode == 0, plain.stderr + spec.stderr
     plain, spec = json.loads(plain.stdout), json.loads(spec.stdout)
     assert spec["tokens"] == plain["tokens"]
