@@ -34,7 +34,7 @@ import numpy as np
 
 import ggspec
 from bench.dflash_bench import synthetic_drafter
-from bench.harness import synthetic_file
+from bench.harness import rotated, synthetic_file
 from bench.qwen35_rollback import SHAPE
 from ggspec.speculators.options import SpecOptions
 
@@ -68,19 +68,18 @@ def fresh_run(model: Path, tokens: int, threads: int, prompt: str, flags: list[s
 
 
 def engine_round(model: ggspec.Model, drafter_path: Path, prompts: list[list[int]], tokens: int,
-                 order: tuple[str, ...]) -> dict[str, tuple[int, float]]:
+                 order: list[str]) -> dict[str, tuple[int, float]]:
     """Generated tokens and seconds per drafter over consecutive requests, each drafter
     in an Engine of its own (its governor carrying what it learned from one request to
     the next); the engines take each prompt in turn, so host drift hits them alike."""
     specs = {"none": False, "draft-head": "draft-head",
              "block": SpecOptions(spec_type="block", draft_model=str(drafter_path))}
-    generated = dict.fromkeys(order, 0.0)
+    generated = dict.fromkeys(order, 0)
     seconds = dict.fromkeys(order, 0.0)
     engines = {drafter: ggspec.Engine(model) for drafter in order}
     try:
         for i, ids in enumerate(prompts):
-            turn = order[i % len(order):] + order[:i % len(order)]
-            for drafter in turn:
+            for drafter in rotated(order, i):
                 r = engines[drafter].submit(ids, max_tokens=tokens, ignore_eos=True, temperature=0,
                                             spec=specs[drafter]).result
                 generated[drafter] += r.stats["gen_tokens"] - 1
@@ -109,7 +108,7 @@ def main() -> None:
     configs = ("none", *args.drafters)
     runs: dict[tuple[str, str], list[tuple[int, float]]] = {}  # (generated tokens, seconds) per round
     for round_ in range(args.rounds):
-        order = configs[round_ % len(configs):] + configs[:round_ % len(configs)]
+        order = rotated(configs, round_)
         for kind in args.kinds:
             if kind == "fresh":
                 round_runs = {d: fresh_run(model_path, args.tokens, args.threads, text, spec_flags(d, drafter_path))
