@@ -49,8 +49,8 @@ void attend_rows(ggml_tensor * dst, int64_t r0, int64_t n_rows, int64_t h, Span 
     const int64_t lo = keys.lo / kStep * kStep, hi = std::min(n_kv, (keys.hi + kStep - 1) / kStep * kStep);
     const int64_t n = hi - lo;
 
-    std::vector<float> & kq = thread_buffer<float, 2>();
-    std::vector<float> & p = thread_buffer<float, 3>();
+    Buffer<float> & kq = thread_buffer<float, 2>();
+    Buffer<float> & p = thread_buffer<float, 3>();
     kq.resize((size_t) (n_rows * n));
     p.resize((size_t) (n_rows * n));
     const bool avx512 = par.path == RowKernels::vnni;

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-
+#include <new>
 #include <vector>
 
 #include "ggml-cpu.h"
@@ -45,12 +45,32 @@ struct ActRows {
     const uint8_t * row(int64_t a) const { return data + (size_t) (a - first) * row_bytes; }
 };
 
+// Storage that starts on a cache line. malloc's 16-byte alignment put the
+// 32-byte activation blocks of q8_dot_rows_vnni across two lines every other
+// load: Gemma 3's 8-row Q8_0 LM head ran 5% slower.
+template <class T>
+struct CacheLineAllocator {
+    using value_type = T;
+    CacheLineAllocator() = default;
+    template <class U>
+    CacheLineAllocator(const CacheLineAllocator<U> &) {}
+    T * allocate(size_t n) { return static_cast<T *>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+    void deallocate(T * p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+    template <class U>
+    bool operator==(const CacheLineAllocator<U> &) const { return true; }
+    template <class U>
+    bool operator!=(const CacheLineAllocator<U> &) const { return false; }
+};
+
+template <class T>
+using Buffer = std::vector<T, CacheLineAllocator<T>>;
+
 // This thread's buffer number Id of Ts, reused across calls (a thread runs one
 // job at a time, so kernels may share them). Kernels take a reference once per
 // job: each lookup of a thread_local in a shared library is a call.
 template <class T, int Id = 0>
-std::vector<T> & thread_buffer() {
-    static thread_local std::vector<T> buffer;
+Buffer<T> & thread_buffer() {
+    static thread_local Buffer<T> buffer;
     return buffer;
 }
 
@@ -69,7 +89,7 @@ inline ggml_from_float_t kernel_from_float(ggml_type act_type) {
 // thread needs other heads' rows).
 inline ActRows quantize_acts(const DotRowsJob & job, int64_t a0, int64_t a_end) {
     if (job.quantized) return {job.acts + (size_t) a0 * job.act_bytes, job.act_bytes, a0, a_end};
-    std::vector<uint8_t> & buffer = thread_buffer<uint8_t>();
+    Buffer<uint8_t> & buffer = thread_buffer<uint8_t>();
     const int64_t k = job.n_blocks * ggml_blck_size(job.weight_type);
     const size_t row_bytes = ggml_row_size(job.act_type, k);
     if (buffer.size() < row_bytes * (size_t) (a_end - a0)) buffer.resize(row_bytes * (size_t) (a_end - a0));

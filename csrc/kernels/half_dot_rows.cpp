@@ -78,9 +78,9 @@ public:
           w_begin_(w_begin), w_end_(w_end), avx512_(avx512) {}
 
     void prepare(const ActRows & acts) {
-        std::vector<float> & rows = thread_buffer<float>();
-        std::vector<Span> & steps = thread_buffer<Span, 0>();
-        std::vector<Span> & keys = thread_buffer<Span, 1>();
+        Buffer<float> & rows = thread_buffer<float>();
+        Buffer<Span> & steps = thread_buffer<Span, 0>();
+        Buffer<Span> & keys = thread_buffer<Span, 1>();
         const int64_t n_rows = acts.end - acts.first;
         rows.resize((size_t) (n_rows * stride_));
         steps.resize((size_t) n_rows);
@@ -99,7 +99,7 @@ public:
         // rows whose spans overlap. A batch of several sequences puts each
         // sequence's rows over its own region of the cache: a tile across two
         // would compute everything between them.
-        std::vector<Tile> & tiles = thread_buffer<Tile>();
+        Buffer<Tile> & tiles = thread_buffer<Tile>();
         tiles.clear();
         for (int64_t a = acts.first; a < acts.end;) {
             int64_t run_end = a + 1;
@@ -150,7 +150,7 @@ private:
 
     // Whether rows i and j of the chunk share keys and nonzero steps (an empty
     // span shares with anything: the row costs nothing in any tile).
-    static bool overlap(const std::vector<Span> & keys, const std::vector<Span> & steps, int64_t i, int64_t j) {
+    static bool overlap(const Buffer<Span> & keys, const Buffer<Span> & steps, int64_t i, int64_t j) {
         const auto meet = [](Span x, Span y) {
             return x.lo >= x.hi || y.lo >= y.hi || (x.lo < y.hi && y.lo < x.hi);
         };
@@ -220,7 +220,7 @@ private:
     // same 8 of row 2p + 1: one 16-lane FMA then runs both rows' 8-lane
     // accumulators, each lane's FMA the one the 8-lane code would run.
     void interleave_pairs(int64_t n_rows) {
-        std::vector<float> & pairs = thread_buffer<float, 1>();
+        Buffer<float> & pairs = thread_buffer<float, 1>();
         pairs.assign((size_t) ((n_rows + 1) / 2 * 2 * stride_), 0.0f);
         for (int64_t r = 0; r < n_rows; ++r) {
             for (int64_t g = 0; g < stride_ / 8; ++g) {

@@ -240,7 +240,7 @@ GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock
 }
 
 // q8_K {d (f32), qs[256], bsums[16] (i16)}
-GGSPEC_AVX2 void pack_activations(const DotRowsJob & job, const ActRows & acts, std::vector<ActBlock> & packed) {
+GGSPEC_AVX2 void pack_activations(const DotRowsJob & job, const ActRows & acts, Buffer<ActBlock> & packed) {
     const int64_t a_begin = acts.first, a_end = acts.end;
     packed.resize((size_t) ((a_end - a_begin) * job.n_blocks));
     for (int64_t a = a_begin; a < a_end; ++a) {
@@ -468,8 +468,8 @@ private:
     const DotRowsJob & job_;
     const bool vnni_;
     const bool bytes_ = !vnni_ && unsigned_quants(job_.weight_type);  // the AVX2 byte form
-    std::vector<ActBlock> & packed_ = thread_buffer<ActBlock>();  // this thread's, reused across calls
-    std::vector<WeightBlock> & weights_ = thread_buffer<WeightBlock>();
+    Buffer<ActBlock> & packed_ = thread_buffer<ActBlock>();  // this thread's, reused across calls
+    Buffer<WeightBlock> & weights_ = thread_buffer<WeightBlock>();
 };
 
 

@@ -93,8 +93,8 @@ inline int64_t padded(int64_t n_blocks) { return (n_blocks + 7) / 8 * 8; }  // w
 // The activation rows' scales d, act_d[a * n_blocks + b] (a ymm of padding at
 // the end), and Q8_1's sums s by block, act_s[b * kActChunk + a] (a ymm of
 // padding after the last row), as floats.
-GGSPEC_AVX2 void act_scales(const DotRowsJob & job, const ActRows & acts, std::vector<float> & act_d,
-                            std::vector<float> & act_s) {
+GGSPEC_AVX2 void act_scales(const DotRowsJob & job, const ActRows & acts, Buffer<float> & act_d,
+                            Buffer<float> & act_s) {
     const int64_t n_acts = acts.end - acts.first, nb = job.n_blocks;
     const bool q8_1 = q8_has_min(job.weight_type);
     const int block_bytes = q8_1 ? 36 : 34;
@@ -274,12 +274,12 @@ private:
     const DotRowsJob & job_;
     ActRows acts_{};
     // this thread's, reused across calls
-    std::vector<Avx2Block> & weights_ = thread_buffer<Avx2Block>();
-    std::vector<float> & d_ = thread_buffer<float, 0>();
-    std::vector<float> & m_ = thread_buffer<float, 1>();
-    std::vector<float> & act_d_ = thread_buffer<float, 2>();
-    std::vector<float> & act_s_ = thread_buffer<float, 3>();
-    std::vector<float> & products_ = thread_buffer<float, 4>();
+    Buffer<Avx2Block> & weights_ = thread_buffer<Avx2Block>();
+    Buffer<float> & d_ = thread_buffer<float, 0>();
+    Buffer<float> & m_ = thread_buffer<float, 1>();
+    Buffer<float> & act_d_ = thread_buffer<float, 2>();
+    Buffer<float> & act_s_ = thread_buffer<float, 3>();
+    Buffer<float> & products_ = thread_buffer<float, 4>();
 };
 
 
