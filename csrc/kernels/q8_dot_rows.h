@@ -26,7 +26,7 @@ inline bool q8_dot_rows_handles(ggml_type t) {
 // final sum, and adds a last unpaired block after it with one scalar FMA. The
 // kernels run the first blocks and then the second ones through the same
 // accumulators: each set's FMAs keep their order.
-inline bool q8_blocks_paired(ggml_type t) { return t == GGML_TYPE_IQ4_NL; }
+constexpr bool q8_blocks_paired(ggml_type t) { return t == GGML_TYPE_IQ4_NL; }
 
 // Q4_1 and Q5_1 pair with Q8_1 activations, whose sums s meet their mins m.
 constexpr bool q8_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }

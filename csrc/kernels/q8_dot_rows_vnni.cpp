@@ -15,10 +15,9 @@
 namespace ggspec {
 namespace {
 
-constexpr int kWeightTile = 8;  // weight rows decoded at once (Q8_0: read in place)
+constexpr int kWeightTile = 8;  // weight rows a tile takes
 constexpr int kActGroup = 8;    // activation rows a tile takes at most
 constexpr int kBlockRun = 32;   // blocks whose scale products are made at once (at most 8 KB)
-constexpr size_t kQ8_0Bytes = 34;  // a Q8_0 block: {d, qs[32]}
 
 // Weight rows (of a decoded tile of TileW) a tile takes beside NA activation
 // rows: the most, in powers of two, that keep its accumulators to 20 of the 32
@@ -57,30 +56,47 @@ GGSPEC_AVX512 __m256i fifth_bits(const uint8_t * qh) {  // 0x10 where Q5's high 
 // q4_1 {d, m, qs[16]}, q5_1 {d, m, qh[4], qs[16]}, iq4_nl {d, qs[16]}; values 0..15 sit in
 // the low nibbles, 16..31 in the high ones.
 template <ggml_type T>
+constexpr size_t block_bytes() {
+    switch (T) {
+        case GGML_TYPE_Q8_0: return 34;
+        case GGML_TYPE_Q5_0: return 22;
+        case GGML_TYPE_Q4_1: return 20;
+        case GGML_TYPE_Q5_1: return 24;
+        default: return 18;  // Q4_0, IQ4_NL
+    }
+}
+
+// A block's 32 values as dpbusd's unsigned bytes.
+template <ggml_type T>
+GGSPEC_AVX512 inline __m256i unsigned_values(const uint8_t * block) {
+    __m256i x;
+    if constexpr (T == GGML_TYPE_Q8_0) {
+        x = _mm256_loadu_si256((const __m256i *) (block + 2));
+    } else if constexpr (T == GGML_TYPE_IQ4_NL) {  // x = the table's value for the nibble
+        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) iq4_values()));
+        x = _mm256_shuffle_epi8(table, low_high_nibbles(block + 2));
+    } else if constexpr (T == GGML_TYPE_Q4_0) {  // x = nibble - 8
+        x = _mm256_sub_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(8));
+    } else if constexpr (T == GGML_TYPE_Q5_0) {  // x = (nibble | high bit << 4) - 16
+        x = _mm256_sub_epi8(_mm256_or_si256(low_high_nibbles(block + 6), fifth_bits(block + 2)),
+                            _mm256_set1_epi8(16));
+    } else if constexpr (T == GGML_TYPE_Q4_1) {  // x = nibble, scaled by d, plus m
+        return low_high_nibbles(block + 4);
+    } else {  // Q5_1: x = nibble | high bit << 4, scaled by d, plus m
+        return _mm256_or_si256(low_high_nibbles(block + 8), fifth_bits(block + 4));
+    }
+    return _mm256_xor_si256(x, _mm256_set1_epi8((char) 0x80));  // x + 128
+}
+
+template <ggml_type T>
 GGSPEC_AVX512 void decode_row(const uint8_t * row, int64_t n_blocks, WeightBlock * out) {
-    const size_t block_bytes = ggml_type_size(T);
     for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t * block = row + b * block_bytes;
+        const uint8_t * block = row + b * block_bytes<T>();
         WeightBlock & wb = out[b];
-        __m256i x;
-        if constexpr (T == GGML_TYPE_IQ4_NL) {  // x = the table's value for the nibble
-            const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) iq4_values()));
-            x = _mm256_shuffle_epi8(table, low_high_nibbles(block + 2));
-        } else if constexpr (T == GGML_TYPE_Q4_0) {  // x = nibble - 8
-            x = _mm256_sub_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(8));
-        } else if constexpr (T == GGML_TYPE_Q5_0) {  // x = (nibble | high bit << 4) - 16
-            x = _mm256_sub_epi8(_mm256_or_si256(low_high_nibbles(block + 6), fifth_bits(block + 2)),
-                                _mm256_set1_epi8(16));
-        } else if constexpr (T == GGML_TYPE_Q4_1) {  // x = nibble, scaled by d, plus m
-            x = low_high_nibbles(block + 4);
-        } else {  // Q5_1: x = nibble | high bit << 4, scaled by d, plus m
-            x = _mm256_or_si256(low_high_nibbles(block + 8), fifth_bits(block + 4));
-        }
+        _mm256_storeu_si256((__m256i *) wb.u, unsigned_values<T>(block));
         if constexpr (signed_values(T)) {
-            _mm256_storeu_si256((__m256i *) wb.u, _mm256_xor_si256(x, _mm256_set1_epi8((char) 0x80)));
             wb.d = _cvtsh_ss(load_u16(block));
         } else {
-            _mm256_storeu_si256((__m256i *) wb.u, x);
             uint32_t dm;
             std::memcpy(&dm, block, 4);
             _mm_storel_pi((__m64 *) &wb.d, _mm_cvtph_ps(_mm_cvtsi32_si128((int) dm)));
@@ -90,7 +106,6 @@ GGSPEC_AVX512 void decode_row(const uint8_t * row, int64_t n_blocks, WeightBlock
 
 using DecodeRow = void (*)(const uint8_t *, int64_t, WeightBlock *);
 
-// null for Q8_0, which the tiles read in place
 DecodeRow decoder(ggml_type t) {
     switch (t) {
         case GGML_TYPE_Q8_0: return nullptr;
@@ -120,7 +135,7 @@ GGSPEC_AVX512 void pack_activations(const DotRowsJob & job, const ActRows & acts
                                     Buffer<float> & sums) {
     const int64_t n = acts.end - acts.first, nb = job.n_blocks;
     const bool q8_1 = q8_has_min(job.weight_type);
-    const int block_bytes = q8_1 ? 36 : (int) kQ8_0Bytes, qs_offset = q8_1 ? 4 : 2;
+    const int block_bytes = q8_1 ? 36 : 34, qs_offset = q8_1 ? 4 : 2;
     y.resize((size_t) (n * nb * kQ8Block));
     if (!q8_1) correction.resize((size_t) (n * nb * 8));
     scale.assign((size_t) (n * nb + kActGroup), 0.0f);
@@ -143,13 +158,67 @@ GGSPEC_AVX512 void pack_activations(const DotRowsJob & job, const ActRows & acts
     }
 }
 
+// How a tile reads its weight blocks. Decoded: from the WeightBlocks a pass
+// wrote before it, once for every group of 8 activation rows that meets them
+// (a prefill chunk has 8). Stored<T>: where they are stored, each block decoded
+// in registers for each group, which costs the single group of a verify less:
+// at 8 rows (4 rows) Q4_1's products ran 10% (15%) faster, Q4_0's and Q5_0's
+// 10% (16-22%), Q5_1's the same (8%), and Q4_1's 6% slower at 64 (2 threads,
+// 1536 x 576 weights). IQ4_NL's table lookup keeps its pass: in place it ran
+// 22-38% slower. Q8_0 is always read in place: its decode is one xor, and a
+// pass that stored it cost Gemma 3's 8-row LM head 15% more. Signed: values
+// offset by 128, which the activations' correction takes back out. Paired:
+// IQ4_NL's two passes over its blocks (see q8_blocks_paired).
+template <bool SignedValues, bool PairedBlocks>
+struct Decoded {
+    static constexpr bool Signed = SignedValues, Paired = PairedBlocks, in_place = false;
+    static constexpr ggml_type type = GGML_TYPE_COUNT;  // any type of its kind
+};
+
+template <ggml_type T>
+struct Stored {
+    static constexpr bool Signed = signed_values(T), Paired = q8_blocks_paired(T), in_place = true;
+    static constexpr ggml_type type = T;
+};
+
+// Weight rows as a tile reads them: decoded, n_blocks apart, or as stored,
+// row_bytes apart. Block b of row w gives dpbusd's unsigned bytes, its scale d
+// and (Q4_1, Q5_1) its min m.
+struct TileRows {
+    const WeightBlock * decoded;
+    const uint8_t * stored;
+    size_t row_bytes;
+    int64_t n_blocks;
+
+    TileRows from(int w) const { return {decoded + w * n_blocks, stored + w * row_bytes, row_bytes, n_blocks}; }
+    template <class F>
+    GGSPEC_AVX512 __m256i block_values(int w, int64_t b) const {
+        if constexpr (F::in_place) return unsigned_values<F::type>(block<F>(w, b));
+        return _mm256_loadu_si256((const __m256i *) decoded[w * n_blocks + b].u);
+    }
+    template <class F>
+    GGSPEC_AVX512 float block_scale(int w, int64_t b) const {
+        if constexpr (F::in_place) return _cvtsh_ss(load_u16(block<F>(w, b)));
+        return decoded[w * n_blocks + b].d;
+    }
+    template <class F>
+    GGSPEC_AVX512 float block_min(int w, int64_t b) const {
+        if constexpr (F::in_place) return _cvtsh_ss(load_u16(block<F>(w, b) + 2));
+        return decoded[w * n_blocks + b].m;
+    }
+
+private:
+    template <class F>
+    const uint8_t * block(int w, int64_t b) const { return stored + w * row_bytes + b * block_bytes<F::type>(); }
+};
+
 // Q4_1's and Q5_1's min term per (weight row, activation row): ggml's vec_dot adds m * s
 // block by block into one float (contracted to an FMA), then adds it to the
 // lanes' sum. Vectorised across activation rows, so each keeps that order, and
 // NW weight rows at a time (out[w * kActChunk + a]), whose chains interleave.
-template <int NW>
-GGSPEC_AVX512 void min_terms(const WeightBlock * weights, int64_t n_blocks, const float * sums, int64_t n_acts,
-                             float * out) {
+template <int NW, class F>
+GGSPEC_AVX512 void min_terms(const TileRows & rows, const float * sums, int64_t n_acts, float * out) {
+    const int64_t n_blocks = rows.n_blocks;
     for (int64_t a = 0; a < n_acts; a += 16) {
         __m512 acc[NW];
 #pragma GCC unroll 8  // acc stays in registers only where every index is a constant
@@ -157,7 +226,7 @@ GGSPEC_AVX512 void min_terms(const WeightBlock * weights, int64_t n_blocks, cons
         for (int64_t b = 0; b < n_blocks; ++b) {
             const __m512 s = _mm512_loadu_ps(sums + b * kActChunk + a);
 #pragma GCC unroll 8
-            for (int w = 0; w < NW; ++w) acc[w] = _mm512_fmadd_ps(_mm512_set1_ps(weights[w * n_blocks + b].m), s, acc[w]);
+            for (int w = 0; w < NW; ++w) acc[w] = _mm512_fmadd_ps(_mm512_set1_ps(rows.block_min<F>(w, b)), s, acc[w]);
         }
 #pragma GCC unroll 8
         for (int w = 0; w < NW; ++w) _mm512_storeu_ps(out + w * kActChunk + a, acc[w]);
@@ -184,27 +253,15 @@ inline void in_register(T & v) {
     __asm__("" : "+v"(v));
 }
 
-// How a weight type's blocks meet dpbusd. Signed: values offset by 128, which
-// the activations' correction takes back out. Paired: IQ4_NL's two passes over
-// its blocks (see q8_blocks_paired). InPlace: Q8_0's blocks are read where they
-// are stored, offset by one xor in the tile; a decode pass that stored them
-// cost Gemma 3's 8-row LM head 15% more.
-template <bool SignedValues, bool PairedBlocks, bool BlocksInPlace>
-struct Form {
-    static constexpr bool Signed = SignedValues, Paired = PairedBlocks, InPlace = BlocksInPlace;
-};
-
-// What a weight tile works on: its rows from the job's row w0, decoded
-// (n_blocks apart) or, InPlace, as stored; against the packed chunk (which
-// starts at the job's row chunk0); mins[w * kActChunk + a] for Q4_1 and Q5_1,
-// else null. Its outputs for a group of activation rows go to staged[r *
-// kWeightTile + w], and from there to dst a row of them at a time: written one
-// by one, their stores to rows of dst whose addresses agree in the low 12 bits
-// (an LM head's rows of 1 MB) cost Gemma 3's 8-row LM head 6%.
+// What a weight tile works on: its rows from the job's row w0, against the
+// packed chunk (which starts at the job's row chunk0); mins[w * kActChunk + a]
+// for Q4_1 and Q5_1, else null. Its outputs for a group of activation rows go
+// to staged[r * kWeightTile + w], and from there to dst a row of them at a
+// time: written one by one, their stores to rows of dst whose addresses agree
+// in the low 12 bits (an LM head's rows of 1 MB) cost Gemma 3's 8-row LM head 6%.
 struct TileArgs {
     const DotRowsJob & job;
-    const WeightBlock * weights;
-    const uint8_t * stored;
+    TileRows rows;
     int64_t w0;
     const PackedActs & acts;
     int64_t chunk0;
@@ -212,33 +269,13 @@ struct TileArgs {
     float * staged;
 };
 
-// Block b of row w of a tile: dpbusd's unsigned bytes, and the block's scale d.
-template <class F>
-GGSPEC_AVX512 inline __m256i block_values(const WeightBlock * weights, const uint8_t * stored, size_t row_bytes,
-                                          int64_t nb, int w, int64_t b) {
-    if constexpr (F::InPlace) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *) (stored + w * row_bytes + b * kQ8_0Bytes + 2));
-        return _mm256_xor_si256(x, _mm256_set1_epi8((char) 0x80));
-    }
-    return _mm256_loadu_si256((const __m256i *) weights[w * nb + b].u);
-}
-
-template <class F>
-GGSPEC_AVX512 inline float block_scale(const WeightBlock * weights, const uint8_t * stored, size_t row_bytes,
-                                       int64_t nb, int w, int64_t b) {
-    if constexpr (F::InPlace) return _cvtsh_ss(load_u16(stored + w * row_bytes + b * kQ8_0Bytes));
-    return weights[w * nb + b].d;
-}
-
 // The tile's rows w_off.. (NW of them) against NA activation rows from a0
 // (within the chunk); the weight stream takes the steps from fetch0 on.
 template <int NW, int NA, class F>
 GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const WeightStream & next, int64_t fetch0) {
     constexpr bool Signed = F::Signed, Paired = F::Paired;
     const int64_t nb = args.job.n_blocks, n = args.acts.n;
-    const size_t row_bytes = args.job.row_bytes;
-    const WeightBlock * weights = args.weights + w_off * nb;
-    const uint8_t * stored = args.stored + w_off * row_bytes;
+    const TileRows rows = args.rows.from(w_off);
     const PackedActs & acts = args.acts;
     constexpr int passes = Paired ? 2 : 1;
     const int64_t end = Paired ? nb / 2 * 2 : nb;
@@ -257,7 +294,7 @@ GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const Weig
                 const __m256 act_scales = _mm256_loadu_ps(acts.scale + b * n + a0);
 #pragma GCC unroll 16
                 for (int w = 0; w < NW; ++w) {
-                    const float d = block_scale<F>(weights, stored, row_bytes, nb, w, b);
+                    const float d = rows.block_scale<F>(w, b);
                     _mm256_store_ps(products[i][w], _mm256_mul_ps(_mm256_set1_ps(d), act_scales));
                 }
             }
@@ -265,7 +302,7 @@ GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const Weig
                 next.fetch(fetch0 + b);
                 __m256i u[NW];
 #pragma GCC unroll 16
-                for (int w = 0; w < NW; ++w) u[w] = block_values<F>(weights, stored, row_bytes, nb, w, b);
+                for (int w = 0; w < NW; ++w) u[w] = rows.block_values<F>(w, b);
 #pragma GCC unroll 16
                 for (int r = 0; r < NA; ++r) {  // each activation block loaded once for the NW rows
                     const int64_t at = b * n + a0 + r;
@@ -304,11 +341,10 @@ GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const Weig
             const int64_t a = a0 + r;
             float sum = sums[w * NA + r];
             if (end < nb) {  // IQ4_NL's unpaired last block
-                const WeightBlock & wb = weights[w * nb + end];
                 const __m256i y = _mm256_loadu_si256((const __m256i *) (acts.y + (end * n + a) * kQ8Block));
-                const __m256i u = _mm256_loadu_si256((const __m256i *) wb.u);
+                const __m256i u = rows.block_values<F>(w, end);
                 const int32_t dot = sum_int_lanes(_mm256_dpbusd_epi32(block_init<Signed>(acts, end * n + a), u, y));
-                sum = __builtin_fmaf(wb.d * acts.scale[end * n + a], (float) dot, sum);
+                sum = __builtin_fmaf(rows.block_scale<F>(w, end) * acts.scale[end * n + a], (float) dot, sum);
             }
             const float * mins = args.mins ? args.mins + (w_off + w) * kActChunk : nullptr;
             args.staged[r * kWeightTile + w_off + w] = mins ? sum + mins[a] : sum;
@@ -325,16 +361,26 @@ public:
     void prepare(const ActRows & acts) {
         pack_activations(job_, acts, y_, correction_, scale_, sums_);
         acts_ = PackedActs{acts.end - acts.first, y_.data(), correction_.data(), scale_.data(), sums_.data()};
+        in_place_ = !decode_ || (acts_.n <= kActGroup && job_.weight_type != GGML_TYPE_IQ4_NL);  // see Stored
     }
     void decode(int64_t w, int64_t slot) {
-        if (decode_) decode_((const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks, weights_.data() + slot * job_.n_blocks);
+        if (in_place_) return;
+        decode_((const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks, weights_.data() + slot * job_.n_blocks);
     }
     template <int TileW>
     void run(int64_t w0, int64_t slot, int64_t chunk0, int64_t chunk_end) {
-        if (q8_has_min(job_.weight_type)) return run_as<TileW, Form<false, false, false>>(w0, slot, chunk0);
-        if (q8_blocks_paired(job_.weight_type)) return run_as<TileW, Form<true, true, false>>(w0, slot, chunk0);
-        if (!decode_) return run_as<TileW, Form<true, false, true>>(w0, slot, chunk0);
-        run_as<TileW, Form<true, false, false>>(w0, slot, chunk0);
+        if (in_place_) {
+            switch (job_.weight_type) {
+                case GGML_TYPE_Q8_0: return run_as<TileW, Stored<GGML_TYPE_Q8_0>>(w0, slot, chunk0);
+                case GGML_TYPE_Q4_0: return run_as<TileW, Stored<GGML_TYPE_Q4_0>>(w0, slot, chunk0);
+                case GGML_TYPE_Q5_0: return run_as<TileW, Stored<GGML_TYPE_Q5_0>>(w0, slot, chunk0);
+                case GGML_TYPE_Q4_1: return run_as<TileW, Stored<GGML_TYPE_Q4_1>>(w0, slot, chunk0);
+                default: return run_as<TileW, Stored<GGML_TYPE_Q5_1>>(w0, slot, chunk0);
+            }
+        }
+        if (q8_has_min(job_.weight_type)) return run_as<TileW, Decoded<false, false>>(w0, slot, chunk0);
+        if (q8_blocks_paired(job_.weight_type)) return run_as<TileW, Decoded<true, true>>(w0, slot, chunk0);
+        run_as<TileW, Decoded<true, false>>(w0, slot, chunk0);
     }
 
     WeightStream stream;
@@ -346,15 +392,15 @@ private:
     template <int TileW, class F>
     void run_as(int64_t w0, int64_t slot, int64_t chunk0) {
         const int64_t nb = job_.n_blocks, n = acts_.n;
-        const WeightBlock * weights = weights_.data() + slot * nb;
+        const TileRows rows{weights_.data() + slot * nb, (const uint8_t *) job_.weights + w0 * job_.row_bytes,
+                            job_.row_bytes, nb};
         float * mins = nullptr;
         if (!F::Signed) {
             mins = mins_.data() + slot * kActChunk;
-            min_terms<TileW>(weights, nb, acts_.sums, n, mins);
+            min_terms<TileW, F>(rows, acts_.sums, n, mins);
         }
-        const uint8_t * stored = (const uint8_t *) job_.weights + w0 * job_.row_bytes;
         alignas(32) float staged[kActGroup * kWeightTile];
-        const TileArgs args{job_, weights, stored, w0, acts_, chunk0, mins, staged};
+        const TileArgs args{job_, rows, w0, acts_, chunk0, mins, staged};
         stream.spread(n / 8 * loops<TileW, 8>() + remainder_loops<TileW>(n % 8));
         int64_t a = 0, fetch0 = 0;
         for (; a + 8 <= n; a += 8) group<TileW, 8, F>(args, a, fetch0);
@@ -393,8 +439,9 @@ private:
     }
 
     const DotRowsJob & job_;
-    const DecodeRow decode_;
+    const DecodeRow decode_;  // null for Q8_0, always read in place
     PackedActs acts_;
+    bool in_place_ = false;
     // per thread, reused across calls
     Buffer<int8_t> & y_ = thread_buffer<int8_t>();
     Buffer<int32_t> & correction_ = thread_buffer<int32_t>();
