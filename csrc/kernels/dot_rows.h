@@ -154,6 +154,13 @@ __attribute__((always_inline)) GGSPEC_AVX2 inline __m256 lane_sums8(const __m256
 }
 #endif
 
+// Keeps a value loaded once in its register: GCC would otherwise fold the load
+// into every instruction that reads it, and the loads would bound the tile.
+template <class T>
+inline void in_register(T & v) {
+    __asm__("" : "+v"(v));
+}
+
 // How far ahead of the rows being multiplied their weight lines are requested:
 // on Gemma 3's Q8_0 LM head one row at a time 4-8 KB gave the most (2 KB 8.2
 // ms, 4 KB 8.1, 8 KB 7.8, none 12.7), beyond the hardware prefetcher's reach,

@@ -268,23 +268,39 @@ struct Accumulators {
 };
 
 
+// What a block's float steps depend on: Q6_K's, Q2_K's, Q4_K's and Q5_K's
+// own, and one kind for the rest (GGML_TYPE_COUNT). The tiles take it as a
+// template argument: with the type a run-time value, every block of every
+// output branched on it and kept its accumulators in memory.
+constexpr ggml_type block_kind(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_Q2_K:
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_Q5_K:
+        case GGML_TYPE_Q6_K: return type;
+        default: return GGML_TYPE_COUNT;
+    }
+}
+
 // One block's float steps, as ggml's vec_dot takes them, from its 8 integer lanes.
 // Inlined into the tiles: a call per block and output costs more than its float steps.
-__attribute__((always_inline)) GGSPEC_AVX2 inline void add_block(ggml_type type, const WeightBlock & wb, const ActBlock & ab, __m256i sumi,
-                           Accumulators & acc) {
-    if (type == GGML_TYPE_Q6_K) {
+template <ggml_type Kind>
+__attribute__((always_inline)) GGSPEC_AVX2 inline void add_block(const WeightBlock & wb, const ActBlock & ab, __m256i sumi,
+                                                                  Accumulators & acc) {
+    constexpr ggml_type type = Kind;
+    if constexpr (type == GGML_TYPE_Q6_K) {
         const __m256i bsums = _mm256_load_si256((const __m256i *) ab.bsums);
         const __m256i scales = _mm256_load_si256((const __m256i *) wb.sub16);
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales), 5));
-    } else if (type == GGML_TYPE_Q2_K) {  // the mins first, into the same lanes
+    } else if constexpr (type == GGML_TYPE_Q2_K) {  // the mins first, into the same lanes
         const __m256i prod = _mm256_madd_epi16(_mm256_load_si256((const __m256i *) wb.sub16),
                                                _mm256_load_si256((const __m256i *) ab.bsums));
         acc.lanes = _mm256_fmadd_ps(_mm256_set1_ps(-ab.d * wb.dmin), _mm256_cvtepi32_ps(prod), acc.lanes);
-    } else if (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) {
+    } else if constexpr (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) {
         const float dmin = -ab.d * wb.dmin;
         const __m128i prod = _mm_madd_epi16(_mm_load_si128((const __m128i *) wb.mins),
                                             _mm_load_si128((const __m128i *) ab.sums32));
-        if (type == GGML_TYPE_Q4_K) {
+        if constexpr (type == GGML_TYPE_Q4_K) {
             acc.min_lanes = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc.min_lanes);
         } else {
             alignas(16) int32_t p[4];
@@ -321,7 +337,7 @@ GGSPEC_AVX2 void store(const DotRowsJob & job, const Accumulators (&acc)[TW][TA]
 // Rows w0.. (TW of them) against activation rows a.. (TA of them, within the
 // chunk). The integer lanes: AVX512-VNNI's vpdpwssd takes a whole 32-value
 // chunk and leaves lanes 2k and 2k+1 to be summed into ggml's lane k.
-template <int TW, int TA>
+template <int TW, int TA, ggml_type Kind>
 GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
                              int64_t a_chunk, int64_t a, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
@@ -333,7 +349,10 @@ GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights
             for (int r = 0; r < TA; ++r) lanes[w][r] = _mm512_setzero_si512();
         for (int c = 0; c < kChunks; ++c) {
             __m512i wv[TW];
-            for (int w = 0; w < TW; ++w) wv[w] = _mm512_load_si512((const __m512i *) (weights[w * nb + b].w + 32 * c));
+            for (int w = 0; w < TW; ++w) {
+                wv[w] = _mm512_load_si512((const __m512i *) (weights[w * nb + b].w + 32 * c));
+                in_register(wv[w]);  // loaded once for the TA rows: GCC folded the load into each vpdpwssd
+            }
             for (int r = 0; r < TA; ++r) {
                 const __m512i y = _mm512_load_si512((const __m512i *) (acts[(a + r) * nb + b].y + 32 * c));
                 for (int w = 0; w < TW; ++w) lanes[w][r] = _mm512_dpwssd_epi32(lanes[w][r], wv[w], y);
@@ -342,8 +361,7 @@ GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights
         for (int w = 0; w < TW; ++w) {
             for (int r = 0; r < TA; ++r) {
                 const __m512i pairs = _mm512_add_epi32(lanes[w][r], _mm512_srli_epi64(lanes[w][r], 32));
-                add_block(job.weight_type, weights[w * nb + b], acts[(a + r) * nb + b], _mm512_cvtepi64_epi32(pairs),
-                          acc[w][r]);
+                add_block<Kind>(weights[w * nb + b], acts[(a + r) * nb + b], _mm512_cvtepi64_epi32(pairs), acc[w][r]);
             }
         }
     }
@@ -353,7 +371,7 @@ GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights
 // The same with AVX2's vpmaddwd over 16 values at a time: one accumulator for
 // the first half of every chunk, one for the second, and a horizontal add that
 // puts the pairs back in ggml's lane order.
-template <int TW, int TA>
+template <int TW, int TA, ggml_type Kind>
 GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
                            int64_t a_chunk, int64_t a, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
@@ -383,7 +401,7 @@ GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, 
             for (int r = 0; r < TA; ++r) {
                 // hadd gives lanes 0 1 4 5 2 3 6 7; the permute puts them in order
                 const __m256i sumi = _mm256_permute4x64_epi64(_mm256_hadd_epi32(lo[w][r], hi[w][r]), 0xD8);
-                add_block(job.weight_type, weights[w * nb + b], acts[(a + r) * nb + b], sumi, acc[w][r]);
+                add_block<Kind>(weights[w * nb + b], acts[(a + r) * nb + b], sumi, acc[w][r]);
             }
         }
     }
@@ -394,7 +412,7 @@ GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, 
 // and the activation bytes into pairs (at most 63 x 127 x 2: no saturation),
 // then vpmaddwd by the chunk's scales puts each lane of 4 values in ggml's lane
 // order, as ggml's own dot does.
-template <int TW, int TA>
+template <int TW, int TA, ggml_type Kind>
 GGSPEC_AVX2 void tile_avx2_bytes(const DotRowsJob & job, const WeightBlock * weights, int64_t w0, const ActBlock * acts,
                                  int64_t a_chunk, int64_t a, const WeightStream & next) {
     const int64_t nb = job.n_blocks;
@@ -418,7 +436,7 @@ GGSPEC_AVX2 void tile_avx2_bytes(const DotRowsJob & job, const WeightBlock * wei
             }
         }
         for (int w = 0; w < TW; ++w)
-            for (int r = 0; r < TA; ++r) add_block(job.weight_type, weights[w * nb + b], acts[(a + r) * nb + b], lanes[w][r], acc[w][r]);
+            for (int r = 0; r < TA; ++r) add_block<Kind>(weights[w * nb + b], acts[(a + r) * nb + b], lanes[w][r], acc[w][r]);
     }
     store(job, acc, w0, a_chunk + a);
 }
@@ -449,19 +467,29 @@ public:
     }
 
 private:
-    // AVX2 has 16 registers: in 16-bit form two weight rows at a time hold its accumulators.
     template <int TW, int TA>
     void tile(const WeightBlock * weights, int64_t w0, int64_t a0, int64_t a) {
+        switch (block_kind(job_.weight_type)) {
+            case GGML_TYPE_Q2_K: return tile_as<TW, TA, GGML_TYPE_Q2_K>(weights, w0, a0, a);
+            case GGML_TYPE_Q4_K: return tile_as<TW, TA, GGML_TYPE_Q4_K>(weights, w0, a0, a);
+            case GGML_TYPE_Q5_K: return tile_as<TW, TA, GGML_TYPE_Q5_K>(weights, w0, a0, a);
+            case GGML_TYPE_Q6_K: return tile_as<TW, TA, GGML_TYPE_Q6_K>(weights, w0, a0, a);
+            default: return tile_as<TW, TA, GGML_TYPE_COUNT>(weights, w0, a0, a);
+        }
+    }
+    // AVX2 has 16 registers: in 16-bit form two weight rows at a time hold its accumulators.
+    template <int TW, int TA, ggml_type Kind>
+    void tile_as(const WeightBlock * weights, int64_t w0, int64_t a0, int64_t a) {
         if (vnni_) {
-            tile_vnni<TW, TA>(job_, weights, w0, packed_.data(), a0, a, stream);
+            tile_vnni<TW, TA, Kind>(job_, weights, w0, packed_.data(), a0, a, stream);
         } else if (bytes_) {
-            tile_avx2_bytes<TW, TA>(job_, weights, w0, packed_.data(), a0, a, stream);
+            tile_avx2_bytes<TW, TA, Kind>(job_, weights, w0, packed_.data(), a0, a, stream);
         } else if constexpr (TW % 2 == 0) {
             for (int w = 0; w < TW; w += 2) {
-                tile_avx2<2, TA>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a, stream);
+                tile_avx2<2, TA, Kind>(job_, weights + w * job_.n_blocks, w0 + w, packed_.data(), a0, a, stream);
             }
         } else {
-            tile_avx2<TW, TA>(job_, weights, w0, packed_.data(), a0, a, stream);
+            tile_avx2<TW, TA, Kind>(job_, weights, w0, packed_.data(), a0, a, stream);
         }
     }
 

@@ -246,13 +246,6 @@ GGSPEC_AVX512 inline __m256i block_init(const PackedActs & acts, int64_t at) {
     return Signed ? _mm256_loadu_si256((const __m256i *) (acts.correction + at * 8)) : _mm256_setzero_si256();
 }
 
-// Keeps a value loaded once in its register: GCC would otherwise fold the load
-// into every instruction that reads it, and the loads would bound the tile.
-template <class T>
-inline void in_register(T & v) {
-    __asm__("" : "+v"(v));
-}
-
 // What a weight tile works on: its rows from the job's row w0, against the
 // packed chunk (which starts at the job's row chunk0); mins[w * kActChunk + a]
 // for Q4_1 and Q5_1, else null. Its outputs for a group of activation rows go
