@@ -206,13 +206,13 @@ private:
                 int64_t w = keys.lo;
                 for (; w + 2 <= keys.hi; w += 2) {
                     ahead(w), ahead(w + 1);
-                    const uint16_t * rows[2] = {row(w), row(w + 1)};
-                    tile_pairs<TA, 2, Bf16>(rows, w, t.a, t.steps);
+                    const uint16_t * two[2] = {row(w), row(w + 1)};
+                    tile_pairs<TA, 2, Bf16>(two, w, t.a, t.steps);
                 }
                 if (w < keys.hi) {
                     ahead(w);
-                    const uint16_t * rows[1] = {row(w)};
-                    tile_pairs<TA, 1, Bf16>(rows, w, t.a, t.steps);
+                    const uint16_t * one[1] = {row(w)};
+                    tile_pairs<TA, 1, Bf16>(one, w, t.a, t.steps);
                 }
                 return;
             }
@@ -270,10 +270,11 @@ private:
     // per 16-lane FMA (the vnni path's CPUs). The NW rows share each load of the
     // activations, which come from L2 once a tile's rows outgrow L1: at 8 rows of
     // 2048 and 3072 values two weight rows ran 29-37% faster (1024 values: the
-    // same, 2 threads, Zen 4). The 4 accumulators run NW passes over the steps,
-    // NW x 4 / NW x TA / 2 registers each; a pass keeps a_x + a_x+2 of its own
-    // (the sums stay in registers: for a key row of 64 values the loop is two
-    // steps, and a round trip through memory cost more than it).
+    // same, 2 threads, Zen 4). The 4 accumulators run in NW passes over the
+    // steps, 4 / NW of them a pass (16 registers at 8 rows), and each pass
+    // leaves its part of ggml's (a0 + a2) + (a1 + a3) in registers (for a key
+    // row of 64 values the loop is two steps, and a round trip through memory
+    // cost more than it).
     template <int TA, int NW, bool Bf16>
     GGSPEC_AVX512 void tile_pairs(const uint16_t * const (&rows)[NW], int64_t w, int64_t a, Span steps) const {
         const float * y = pairs_ + (a - a0_) * stride_;  // a - a0_ is even (tile_rows)

@@ -287,20 +287,19 @@ constexpr ggml_type block_kind(ggml_type type) {
 template <ggml_type Kind>
 __attribute__((always_inline)) GGSPEC_AVX2 inline void add_block(const WeightBlock & wb, const ActBlock & ab, __m256i sumi,
                                                                   Accumulators & acc) {
-    constexpr ggml_type type = Kind;
-    if constexpr (type == GGML_TYPE_Q6_K) {
+    if constexpr (Kind == GGML_TYPE_Q6_K) {
         const __m256i bsums = _mm256_load_si256((const __m256i *) ab.bsums);
         const __m256i scales = _mm256_load_si256((const __m256i *) wb.sub16);
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(_mm256_madd_epi16(bsums, scales), 5));
-    } else if constexpr (type == GGML_TYPE_Q2_K) {  // the mins first, into the same lanes
+    } else if constexpr (Kind == GGML_TYPE_Q2_K) {  // the mins first, into the same lanes
         const __m256i prod = _mm256_madd_epi16(_mm256_load_si256((const __m256i *) wb.sub16),
                                                _mm256_load_si256((const __m256i *) ab.bsums));
         acc.lanes = _mm256_fmadd_ps(_mm256_set1_ps(-ab.d * wb.dmin), _mm256_cvtepi32_ps(prod), acc.lanes);
-    } else if constexpr (type == GGML_TYPE_Q4_K || type == GGML_TYPE_Q5_K) {
+    } else if constexpr (Kind == GGML_TYPE_Q4_K || Kind == GGML_TYPE_Q5_K) {
         const float dmin = -ab.d * wb.dmin;
         const __m128i prod = _mm_madd_epi16(_mm_load_si128((const __m128i *) wb.mins),
                                             _mm_load_si128((const __m128i *) ab.sums32));
-        if constexpr (type == GGML_TYPE_Q4_K) {
+        if constexpr (Kind == GGML_TYPE_Q4_K) {
             acc.min_lanes = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc.min_lanes);
         } else {
             alignas(16) int32_t p[4];

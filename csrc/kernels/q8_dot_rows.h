@@ -32,9 +32,10 @@ constexpr bool q8_blocks_paired(ggml_type t) { return t == GGML_TYPE_IQ4_NL; }
 constexpr bool q8_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
 
 // Weight rows [w_begin, w_end) against every activation row: on AVX512-VNNI
-// (dpbusd on weights decoded once to unsigned bytes, two activation rows per
-// instruction), or on AVX2 (ggml's sign trick on weights decoded once). x86
-// builds only: elsewhere row_kernels_cpu() keeps every path but off.
+// (dpbusd on weights as unsigned bytes, decoded once for a prefill chunk's
+// activation rows or in registers for a verify's), or on AVX2 (ggml's sign
+// trick on weights decoded once). x86 builds only: elsewhere row_kernels_cpu()
+// keeps every path but off.
 void q8_dot_rows_vnni(const DotRowsJob & job, int64_t w_begin, int64_t w_end);
 void q8_dot_rows_avx2(const DotRowsJob & job, int64_t w_begin, int64_t w_end);
 
