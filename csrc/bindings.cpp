@@ -433,13 +433,13 @@ PYBIND11_MODULE(_core, m) {
         "row_kernel_paths",
         [] {
             std::vector<std::string> paths;
-            for (RowKernels path : {RowKernels::vnni, RowKernels::avx2}) {
+            for (RowKernels path : {RowKernels::vnni, RowKernels::avx2, RowKernels::vnni_block}) {
                 if (row_kernels_cpu(path)) paths.push_back(row_kernels_name(path));
             }
             return paths;
         },
-        "The multi-row kernel paths this CPU runs, best first (whether a model uses one also needs its weight "
-        "types and a probe that matches ggml's bits).");
+        "The multi-row kernel paths this CPU runs: those with ggml's bits best first, then vnni-block (whether a "
+        "model uses one also needs its weight types and a probe that matches the path's reference).");
     m.def("masked_soft_max_usable", &masked_soft_max_usable,
           "Whether attention's softmax runs on ggspec's op (over the keys each mask row leaves) on the kernel paths: "
           "this CPU runs it and its probe found ggml's bits.");

@@ -1,4 +1,4 @@
-"""ggspec's multi-row CPU kernels (csrc/kernels/) give ggml_mul_mat's bits.
+"""ggspec's multi-row CPU kernels (csrc/kernels/) and the bits they give.
 
 Every weight product, and attention's products with the F16 KV cache, run on
 them when the CPU can and the type has a kernel on the path ("vnni":
@@ -7,6 +7,12 @@ on ggml's own vec_dot with the weights fetched ahead (kernels/one_row_dot.h).
 `row_kernels="off"` keeps ggml_mul_mat everywhere. The two targets must agree
 bit for bit on logits and hidden taps, in prefill chunks and in verifies of
 every size, on each path.
+
+"vnni-block" runs the 32-value block types in ggspec's block order
+(kernels/q8_dot_rows.h), one row included, and every other type as "vnni"
+does: its block-order products must equal their scalar reference (the probe),
+sit within float noise of ggml's, and give a verify's and a prefill chunk's
+rows a one-row step's bits.
 """
 
 import numpy as np
@@ -14,11 +20,12 @@ import pytest
 
 import ggspec
 from ggspec import _core
-from tests.test_exactness import assert_bits_equal
+from tests.test_exactness import assert_bits_equal, check_every_window
 
 VERIFY_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65)
 TAPS = (0, "final")
-PATHS = ("vnni", "avx2")
+PATHS = ("vnni", "avx2")  # vnni-block runs vnni's kernels for every type but BLOCK_ORDER
+BLOCK_ORDER = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "iq4_nl")  # the types vnni-block takes in its own order
 TYPES = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "f16", "bf16")
 
 
@@ -27,8 +34,8 @@ def pair(path, kernels, **kw):
         pytest.skip(f"this CPU does not run the {kernels} kernels")
     with_kernel = ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels=kernels, **kw)
     assert with_kernel.row_kernels == kernels
-    # On a CPU that runs it, a kernel whose probe found other bits than ggml's is a failure, not a skip.
-    assert with_kernel.lm_head_row_kernel, "the kernel disabled itself: its probe disagreed with ggml's vec_dot"
+    # On a CPU that runs it, a kernel whose probe found other bits than its reference is a failure, not a skip.
+    assert with_kernel.lm_head_row_kernel, "the kernel disabled itself: its probe disagreed with its reference"
     assert _core.masked_soft_max_usable(), "the masked softmax disabled itself: its probe disagreed with ggml's"
     assert _core.row_argmax_usable(), "the row argmax disabled itself: its probe disagreed with ggml_argmax"
     return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="off", **kw)
@@ -53,6 +60,54 @@ def test_kernel_matches_ggml_mul_mat(tiny_model, arch, kernels, dtype):
         assert_same_forward(kernel, plain, tokens, f"a {k}-row verify", all_logits=True, hidden_layers=TAPS)
         kernel.rewind(len(prompt))
         plain.rewind(len(prompt))
+
+
+@pytest.mark.parametrize("dtype", BLOCK_ORDER)
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_block_order_is_near_ggml_mul_mat(tiny_model, arch, dtype):
+    """pair() asserts that the probe found the kernel equal to its scalar reference
+    at 1-12 rows (every tile shape). Against ggml's order, a one-row forward's
+    logits differ by rounding, about 1e-7 of their scale; a token whose
+    activations' quantization flips on a rounding moves further (1e-2 seen), so
+    the median over tokens is what is bounded: a reference that got a scale or
+    a min term wrong would be far off for every token."""
+    kernel, plain = pair(tiny_model(arch, dtype), "vnni-block")
+    rel = []
+    for token in range(3, kernel.n_vocab, 20):
+        ours, ggml = kernel.spec_forward([token]).logits, plain.spec_forward([token]).logits
+        rel.append(float(np.abs(ours - ggml).max() / np.abs(ggml).max()))
+        kernel.reset()
+        plain.reset()
+    assert np.median(rel) < 1e-5, rel
+
+
+@pytest.mark.parametrize("dtype", BLOCK_ORDER)
+@pytest.mark.parametrize("arch", ["gemma3", "llama"])
+def test_block_order_rows_match_one_row_steps(tiny_model, arch, dtype):
+    """Verifies of 1-17 rows (every tile shape, a wide group and what follows it)
+    and a chunked prefill (64 + 64 + 22 rows) against one-row steps."""
+    if "vnni-block" not in _core.row_kernel_paths():
+        pytest.skip("this CPU does not run the vnni kernels")
+    target = ggspec.load(tiny_model(arch, dtype), n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="vnni-block")
+    rng = np.random.default_rng(8)
+    prompt = rng.integers(3, target.n_vocab, size=150).tolist()
+    check_every_window(target, prompt, rng.integers(3, target.n_vocab, size=17).tolist(), TAPS)
+    target.reset()
+    chunked = target.spec_forward(prompt, all_logits=True).logits
+    target.reset()
+    steps = np.concatenate([target.spec_forward([token]).logits for token in prompt])
+    assert_bits_equal(chunked, steps, "a chunked prefill's logits")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
+def test_real_model_block_order_rows_match_one_row_steps(request, model):
+    if "vnni-block" not in _core.row_kernel_paths():
+        pytest.skip("this CPU does not run the vnni kernels")
+    target = ggspec.load(request.getfixturevalue(model), n_ctx=512, n_threads=2, row_kernels="vnni-block")
+    rng = np.random.default_rng(5)
+    prompt = rng.integers(100, 20000, size=24).tolist()
+    check_every_window(target, prompt, rng.integers(100, 20000, size=17).tolist())
 
 
 @pytest.mark.parametrize("kernels", PATHS)
@@ -94,7 +149,7 @@ def test_the_path_is_chosen_and_reported(tiny_model):
     off = ggspec.load(path, n_ctx=64, row_kernels=False)
     assert off.row_kernels == "off" and not off.lm_head_row_kernel
     assert not ggspec.load(tiny_model("llama", "f32"), n_ctx=64).lm_head_row_kernel  # not a type it decodes
-    with pytest.raises(ValueError, match="row_kernels must be auto, vnni, avx2 or off, got 'sse'"):
+    with pytest.raises(ValueError, match="row_kernels must be auto, vnni, vnni-block, avx2 or off, got 'sse'"):
         ggspec.load(path, n_ctx=64, row_kernels="sse")
     with pytest.raises(TypeError, match="row_kernels"):
         ggspec.load(path, n_ctx=64, row_kernels=1)

@@ -91,6 +91,23 @@ def test_a_kernel_worker_runs_the_products_with_the_local_bits(tiny_model, worke
     del split
 
 
+def test_a_kernel_worker_runs_the_block_order(tiny_model, workers):
+    """On vnni-block a ggspec worker takes the client's block order too (a plain
+    worker would compute its layers in ggml's: the split's rows would agree with
+    its own one-row steps, not with the local run's)."""
+    if "vnni-block" not in ggspec._core.row_kernel_paths():
+        pytest.skip("this CPU does not run the vnni kernels")
+    path = tiny_model("llama", "q5_1", n_layer=4)
+    alone = load(path, n_ctx=128, n_threads=2, row_kernels="vnni-block")
+    split = load(path, n_ctx=128, n_threads=2, rpc=[workers[0].endpoint], tensor_split=[1, 1],
+                 row_kernels="vnni-block")
+    assert split.row_kernels == "vnni-block"
+    assert f"{workers[0].endpoint}, ggspec kernels)" in split.placement, split.placement
+    for a, b in zip(steps(alone), steps(split)):
+        assert np.array_equal(a, b)
+    del split
+
+
 def test_a_rollback_keeps_the_recurrent_state_on_the_worker(tiny_model, workers):
     path = tiny_model("qwen35", "q8_0", n_layer=8)
     split = load(path, n_ctx=128, n_threads=2, rpc=workers[0].endpoint, tensor_split=[3, 5])

@@ -27,10 +27,12 @@ def _bits(a: np.ndarray) -> bytes:
 
 @pytest.fixture(scope="module", params=[("llama", "q8_0", "auto"), ("gemma3", "q4_k", "auto"),
                                         ("gemma3", "f16", "off"), ("qwen35", "q8_0", "auto"),
-                                        ("qwen35moe", "q4_0", "auto")],
+                                        ("qwen35moe", "q4_0", "auto"), ("llama", "q5_1", "vnni-block")],
                 ids=lambda p: "-".join(p))
 def targets(request, tiny_model):
     arch, dtype, kernels = request.param
+    if kernels not in ("auto", "off", *ggspec._core.row_kernel_paths()):
+        pytest.skip(f"this CPU does not run the {kernels} kernels")
     path = tiny_model(arch, dtype)
     batched = ggspec.load(path, n_ctx=N_CTX, prefill_chunk=CHUNK, row_kernels=kernels)
     batched.set_sequences(N_SEQS)

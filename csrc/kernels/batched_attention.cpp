@@ -53,7 +53,7 @@ void attend_rows(ggml_tensor * dst, int64_t r0, int64_t n_rows, int64_t h, Span 
     Buffer<float> & p = thread_buffer<float, 3>();
     kq.resize((size_t) (n_rows * n));
     p.resize((size_t) (n_rows * n));
-    const bool avx512 = par.path == RowKernels::vnni;
+    const bool avx512 = row_kernels_avx512(par.path);
     const DotRowsJob scores{GGML_TYPE_F16, at(k, lo, kv_head), k->nb[1], (const uint8_t *) at(q, h, r0), q->nb[2],
                             GGML_TYPE_F16, hd, n_rows, kq.data(), n, mask_row(r0) + lo, mask_stride};
     half_dot_rows(scores, 0, n, avx512);

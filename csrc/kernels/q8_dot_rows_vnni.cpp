@@ -5,8 +5,7 @@
 // rows' lanes in a 512-bit register every product had to be multiplied out over
 // 16 lanes, one vmulps per FMA. Zen 4 splits 512-bit ops in two, so the narrower
 // registers lose nothing there.
-#include "kernels/q8_dot_rows.h"
-#include "kernels/x86_target.h"
+#include "kernels/q8_vnni_blocks.h"
 
 #if GGSPEC_X86_KERNEL
 
@@ -29,93 +28,7 @@ constexpr int weight_rows() {
     return rows;
 }
 
-// A weight block decoded for dpbusd, which multiplies unsigned bytes by signed
-// ones: u = x + 128 for the signed types (the activations' correction takes the
-// 128 back out), u = x for Q4_1 and Q5_1, whose values are unsigned.
-struct WeightBlock {
-    uint8_t u[kQ8Block];
-    float d;
-    float m;  // follows d: Q4_1 and Q5_1 convert both at once
-};
-
-constexpr bool signed_values(ggml_type t) { return !q8_has_min(t); }
-
-GGSPEC_AVX512 __m256i low_high_nibbles(const uint8_t * qs) {
-    const __m128i q = _mm_loadu_si128((const __m128i *) qs);
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), mask), _mm_and_si128(q, mask));
-}
-
-GGSPEC_AVX512 __m256i fifth_bits(const uint8_t * qh) {  // 0x10 where Q5's high bit is set
-    uint32_t bits;
-    std::memcpy(&bits, qh, 4);
-    return _mm256_maskz_mov_epi8((__mmask32) bits, _mm256_set1_epi8(0x10));
-}
-
-// Block layouts (ggml-common.h): q8_0 {d, qs[32]}, q4_0 {d, qs[16]}, q5_0 {d, qh[4], qs[16]},
-// q4_1 {d, m, qs[16]}, q5_1 {d, m, qh[4], qs[16]}, iq4_nl {d, qs[16]}; values 0..15 sit in
-// the low nibbles, 16..31 in the high ones.
-template <ggml_type T>
-constexpr size_t block_bytes() {
-    switch (T) {
-        case GGML_TYPE_Q8_0: return 34;
-        case GGML_TYPE_Q5_0: return 22;
-        case GGML_TYPE_Q4_1: return 20;
-        case GGML_TYPE_Q5_1: return 24;
-        default: return 18;  // Q4_0, IQ4_NL
-    }
-}
-
-// A block's 32 values as dpbusd's unsigned bytes.
-template <ggml_type T>
-GGSPEC_AVX512 inline __m256i unsigned_values(const uint8_t * block) {
-    __m256i x;
-    if constexpr (T == GGML_TYPE_Q8_0) {
-        x = _mm256_loadu_si256((const __m256i *) (block + 2));
-    } else if constexpr (T == GGML_TYPE_IQ4_NL) {  // x = the table's value for the nibble
-        const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) iq4_values()));
-        x = _mm256_shuffle_epi8(table, low_high_nibbles(block + 2));
-    } else if constexpr (T == GGML_TYPE_Q4_0) {  // x = nibble - 8
-        x = _mm256_sub_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(8));
-    } else if constexpr (T == GGML_TYPE_Q5_0) {  // x = (nibble | high bit << 4) - 16
-        x = _mm256_sub_epi8(_mm256_or_si256(low_high_nibbles(block + 6), fifth_bits(block + 2)),
-                            _mm256_set1_epi8(16));
-    } else if constexpr (T == GGML_TYPE_Q4_1) {  // x = nibble, scaled by d, plus m
-        return low_high_nibbles(block + 4);
-    } else {  // Q5_1: x = nibble | high bit << 4, scaled by d, plus m
-        return _mm256_or_si256(low_high_nibbles(block + 8), fifth_bits(block + 4));
-    }
-    return _mm256_xor_si256(x, _mm256_set1_epi8((char) 0x80));  // x + 128
-}
-
-template <ggml_type T>
-GGSPEC_AVX512 void decode_row(const uint8_t * row, int64_t n_blocks, WeightBlock * out) {
-    for (int64_t b = 0; b < n_blocks; ++b) {
-        const uint8_t * block = row + b * block_bytes<T>();
-        WeightBlock & wb = out[b];
-        _mm256_storeu_si256((__m256i *) wb.u, unsigned_values<T>(block));
-        if constexpr (signed_values(T)) {
-            wb.d = _cvtsh_ss(load_u16(block));
-        } else {
-            uint32_t dm;
-            std::memcpy(&dm, block, 4);
-            _mm_storel_pi((__m64 *) &wb.d, _mm_cvtph_ps(_mm_cvtsi32_si128((int) dm)));
-        }
-    }
-}
-
-using DecodeRow = void (*)(const uint8_t *, int64_t, WeightBlock *);
-
-DecodeRow decoder(ggml_type t) {
-    switch (t) {
-        case GGML_TYPE_Q8_0: return nullptr;
-        case GGML_TYPE_IQ4_NL: return decode_row<GGML_TYPE_IQ4_NL>;
-        case GGML_TYPE_Q4_0: return decode_row<GGML_TYPE_Q4_0>;
-        case GGML_TYPE_Q5_0: return decode_row<GGML_TYPE_Q5_0>;
-        case GGML_TYPE_Q4_1: return decode_row<GGML_TYPE_Q4_1>;
-        default: return decode_row<GGML_TYPE_Q5_1>;
-    }
-}
+using namespace q8_vnni;
 
 // A chunk's n activation rows: their blocks' values y[(b * n + a) * 32]; for
 // signed weights the lanes' correction[(b * n + a) * 8], -128 * (the sum of the
@@ -233,12 +146,6 @@ GGSPEC_AVX512 void min_terms(const TileRows & rows, const float * sums, int64_t 
     }
 }
 
-GGSPEC_AVX512 int32_t sum_int_lanes(__m256i lanes) {
-    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-    const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
-}
-
 // Where dpbusd starts a block's lanes of activation row a (at = b * n + a):
 // the correction for signed weights, else zero.
 template <bool Signed>
@@ -354,7 +261,8 @@ public:
     void prepare(const ActRows & acts) {
         pack_activations(job_, acts, y_, correction_, scale_, sums_);
         acts_ = PackedActs{acts.end - acts.first, y_.data(), correction_.data(), scale_.data(), sums_.data()};
-        in_place_ = !decode_ || (acts_.n <= kActGroup && job_.weight_type != GGML_TYPE_IQ4_NL);  // see Stored
+        in_place_ = job_.weight_type == GGML_TYPE_Q8_0 ||
+                    (acts_.n <= kActGroup && job_.weight_type != GGML_TYPE_IQ4_NL);  // see Stored
     }
     void decode(int64_t w, int64_t slot) {
         if (in_place_) return;
@@ -432,7 +340,7 @@ private:
     }
 
     const DotRowsJob & job_;
-    const DecodeRow decode_;  // null for Q8_0, always read in place
+    const DecodeRow decode_;  // unused for Q8_0, always read in place
     PackedActs acts_;
     bool in_place_ = false;
     // per thread, reused across calls

@@ -26,7 +26,7 @@ namespace {
 constexpr int64_t kWeightRowAlign = 8;  // a multiple of every kernel's weight tile
 
 // The paths, as the custom op's userdata.
-const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni};
+const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni, RowKernels::vnni_block};
 
 bool kernel_handles(ggml_type type) {
     return k_dot_rows_handles(type) || q8_dot_rows_handles(type) || half_dot_rows_handles(type);
@@ -34,16 +34,24 @@ bool kernel_handles(ggml_type type) {
 
 bool path_handles(ggml_type type, RowKernels path) { return path != RowKernels::off && kernel_handles(type); }
 
+// Whether a path's products of this type take the block order (q8_dot_rows.h)
+// rather than vec_dot's, at every row count.
+bool block_order(ggml_type type, RowKernels path) {
+    return path == RowKernels::vnni_block && q8_dot_rows_handles(type);
+}
+
 // The kernel for a weight type: halves, 32-value blocks or the K-quants' 256;
-// for one activation row, vec_dot itself.
+// for one activation row in vec_dot's order, vec_dot itself.
 void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path) {
 #if GGSPEC_X86_KERNEL
-    if (job.n_acts == 1) {
+    if (block_order(job.weight_type, path)) {
+        q8_block_order_vnni(job, w_begin, w_end);
+    } else if (job.n_acts == 1) {
         one_row_dot(job, w_begin, w_end);
     } else if (half_dot_rows_handles(job.weight_type)) {
-        half_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
+        half_dot_rows(job, w_begin, w_end, row_kernels_avx512(path));
     } else if (k_dot_rows_handles(job.weight_type)) {
-        k_dot_rows(job, w_begin, w_end, path == RowKernels::vnni);
+        k_dot_rows(job, w_begin, w_end, row_kernels_avx512(path));
     } else {
         (path == RowKernels::vnni ? q8_dot_rows_vnni : q8_dot_rows_avx2)(job, w_begin, w_end);
     }
@@ -133,8 +141,9 @@ bool same_quantization(ggml_type weight_type, ggml_type act_type) {
     return std::memcmp(ours.data, theirs.data(), theirs.size()) == 0;
 }
 
-// Random weights and activations through both ggml's vec_dot and the kernel,
-// at 1..9 activation rows; any differing bit disables the kernel for the type.
+// Random weights and activations through the kernel and through ggml's vec_dot
+// (or the block order's scalar dot), at 1..12 activation rows; any differing
+// bit disables the kernel for the type.
 bool probe(ggml_type type, RowKernels path) {
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const ggml_type act_type = activation_type(type);
@@ -144,7 +153,7 @@ bool probe(ggml_type type, RowKernels path) {
     // k: 3 blocks of 256, 25 of 32 (IQ4_NL's last one unpaired), or 768 halves
     // and a scalar tail of 19; 27 weight rows leave a partial tile on every kernel
     const int64_t block = ggml_blck_size(type);
-    const int64_t k = block == 1 ? 787 : block == 32 ? 800 : 768, n_w = 27, n_a = 9;
+    const int64_t k = block == 1 ? 787 : block == 32 ? 800 : 768, n_w = 27, n_a = 12;
     const size_t row = ggml_row_size(type, k), act_row = ggml_row_size(act_type, k);
     std::mt19937 rng(20261129);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -169,7 +178,12 @@ bool probe(ggml_type type, RowKernels path) {
         for (int64_t a = 0; a < rows; ++a) {
             for (int64_t w = 0; w < n_w; ++w) {
                 float want;
-                traits->vec_dot((int) k, &want, 0, weights.data() + w * row, 0, acts.data() + a * act_row, 0, 1);
+                if (block_order(type, path)) {
+                    want = q8_block_order_dot(type, weights.data() + w * row, acts.data() + a * act_row,
+                                              k / ggml_blck_size(type));
+                } else {
+                    traits->vec_dot((int) k, &want, 0, weights.data() + w * row, 0, acts.data() + a * act_row, 0, 1);
+                }
                 if (std::memcmp(&want, &got[a * n_w + w], sizeof(float)) != 0) return false;
             }
         }
@@ -187,31 +201,34 @@ RowKernels row_kernels_from_name(const std::string & name) {
         }
         return RowKernels::off;
     }
-    for (RowKernels path : {RowKernels::vnni, RowKernels::avx2}) {
+    for (RowKernels path : {RowKernels::vnni, RowKernels::vnni_block, RowKernels::avx2}) {
         if (name != row_kernels_name(path)) continue;
         if (!row_kernels_cpu(path)) {
             throw std::invalid_argument("row_kernels '" + name + "': this CPU lacks " +
-                                        (path == RowKernels::vnni ? "AVX512-VNNI" : "AVX2 and FMA"));
+                                        (row_kernels_avx512(path) ? "AVX512-VNNI" : "AVX2 and FMA"));
         }
         return path;
     }
-    throw std::invalid_argument("row_kernels must be auto, vnni, avx2 or off, got '" + name + "'");
+    throw std::invalid_argument("row_kernels must be auto, vnni, vnni-block, avx2 or off, got '" + name + "'");
 }
 
 const char * row_kernels_name(RowKernels path) {
     switch (path) {
         case RowKernels::vnni: return "vnni";
+        case RowKernels::vnni_block: return "vnni-block";
         case RowKernels::avx2: return "avx2";
         default: return "off";
     }
 }
+
+bool row_kernels_avx512(RowKernels path) { return path == RowKernels::vnni || path == RowKernels::vnni_block; }
 
 bool row_kernels_cpu(RowKernels path) {
 #if GGSPEC_X86_KERNEL
     __builtin_cpu_init();
     const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     if (path == RowKernels::avx2) return avx2;
-    if (path == RowKernels::vnni) {
+    if (row_kernels_avx512(path)) {
         return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
     }
@@ -228,7 +245,7 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
     if (it == usable.end()) {
         const bool same = probe(weight_type, path);
         if (!same) {
-            std::fprintf(stderr, "ggspec: the multi-row %s kernel (%s) differs from this ggml's vec_dot; using ggml_mul_mat\n",
+            std::fprintf(stderr, "ggspec: the multi-row %s kernel (%s) differs from its reference; using ggml_mul_mat\n",
                          ggml_type_name(weight_type), row_kernels_name(path));
         }
         it = usable.emplace(std::make_pair(weight_type, path), same).first;
@@ -259,7 +276,9 @@ bool localize_row_product(ggml_tensor * node) {
     std::memcpy(&p, node->op_params, sizeof(p));
     if (tag.id == KernelOpId::dot_rows) {
         const int32_t path = tag.value;
-        if (path <= 0 || path > (int32_t) RowKernels::vnni || !(row_kernel_paths_served() & (1 << path))) return false;
+        if (path <= 0 || path > (int32_t) RowKernels::vnni_block || !(row_kernel_paths_served() & (1 << path))) {
+            return false;
+        }
         p.fun = dot_rows_op;
         p.userdata = (void *) &kPaths[path];
     } else if (tag.id == KernelOpId::quantize_rows) {
@@ -280,7 +299,7 @@ bool localize_row_product(ggml_tensor * node) {
 int32_t row_kernel_paths_served() {
     static const int32_t paths = [] {
         int32_t served = 0;
-        for (RowKernels path : {RowKernels::avx2, RowKernels::vnni}) {
+        for (RowKernels path : {RowKernels::avx2, RowKernels::vnni, RowKernels::vnni_block}) {
             bool every = row_kernels_cpu(path);
             for (int t = 0; every && t < GGML_TYPE_COUNT; ++t) {
                 every = !path_handles((ggml_type) t, path) || row_kernel_usable((ggml_type) t, path);

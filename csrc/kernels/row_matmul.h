@@ -15,27 +15,33 @@
 
 namespace ggspec {
 
-// Which multi-row kernels run: none (ggml_mul_mat everywhere), the AVX2 ones or
-// the AVX512-VNNI ones.
-enum class RowKernels { off, avx2, vnni };
+// Which multi-row kernels run: none (ggml_mul_mat everywhere), the AVX2 ones,
+// the AVX512-VNNI ones (both with ggml's bits), or the AVX512-VNNI ones with
+// the 32-value block types in the block order (kernels/q8_dot_rows.h): faster,
+// exact across row counts, but not ggml's bits.
+enum class RowKernels { off, avx2, vnni, vnni_block };
 
 // The path weight products take on each RPC worker's memory (by its buffer
 // type): a ggspec worker runs the kernels (kernels/portable_op.h), any other
 // ggml's own ops (off).
 using WorkerKernels = std::vector<std::pair<ggml_backend_buffer_type_t, RowKernels>>;
 
-// "auto" (the best path this CPU runs, else off), "vnni", "avx2" or "off"; a
-// path this CPU cannot run is an std::invalid_argument naming what it lacks.
+// "auto" (the best path with ggml's bits this CPU runs, else off), "vnni",
+// "vnni-block", "avx2" or "off"; a path this CPU cannot run is an
+// std::invalid_argument naming what it lacks.
 RowKernels row_kernels_from_name(const std::string & name);
 const char * row_kernels_name(RowKernels path);
 bool row_kernels_cpu(RowKernels path);  // this CPU runs the path
+bool row_kernels_avx512(RowKernels path);  // the path's kernels take AVX512-VNNI's
 
 // Whether the path has a kernel for weights of this type that a probe at first
-// use found bit-identical to ggml's vec_dot on this CPU.
+// use found bit-identical to its reference on this CPU: ggml's vec_dot, or the
+// block order's scalar dot.
 bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 
 // w [k, n] (weights in host memory), x [k, rows] F32 -> [n, rows] F32, equal bit
-// for bit to ggml_mul_mat(ctx, w, x). Uses the path's kernel where usable. Also
+// for bit to ggml_mul_mat(ctx, w, x) (on vnni-block, to the block order where it
+// applies), whatever the row count. Uses the path's kernel where usable. Also
 // for a stack of matrices, as attention multiplies its heads: w [k, n, m_w] (each
 // row contiguous) and x [k, rows, m] -> [n, rows, m], matrix i of x meeting
 // matrix i / (m / m_w) of w. mask (attention's K·Q: F32 [n, rows], shared by

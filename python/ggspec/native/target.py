@@ -131,8 +131,9 @@ class Target:
     device = property(lambda self: self._core.device)
     n_threads = property(lambda self: self._core.n_threads)
     lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
-    #: the multi-row kernel path this target chose: "vnni", "avx2" or "off" (each weight
-    #: type runs on it where it has a kernel whose probe matched ggml's bits: lm_head_row_kernel)
+    #: the multi-row kernel path this target chose: "vnni", "vnni-block", "avx2" or "off" (each
+    #: weight type runs on it where it has a kernel whose probe matched the path's reference:
+    #: lm_head_row_kernel)
     row_kernels = property(lambda self: self._core.row_kernels)
     #: where the trunk's layers run: "layers 0-11 on CPU", or runs of them on RPC workers
     placement = property(lambda self: self._core.placement)
@@ -448,7 +449,7 @@ def _row_kernels(choice: bool | str) -> str:
     if isinstance(choice, bool):
         return "auto" if choice else "off"
     if not isinstance(choice, str):
-        raise TypeError(f"row_kernels must be a bool or one of auto, vnni, avx2, off; got {choice!r}")
+        raise TypeError(f"row_kernels must be a bool or one of auto, vnni, vnni-block, avx2, off; got {choice!r}")
     return choice  # checked by the core, which knows what this CPU runs
 
 
@@ -491,7 +492,11 @@ def load(
     row_kernels: on the CPU, run multi-row weight products (verify rows, prefill chunks) on
     ggspec's own kernels where a probe finds them bit-identical to ggml's: "auto" (the best
     path this CPU runs), "vnni" (AVX512-VNNI), "avx2" or "off" (ggml_mul_mat everywhere, for
-    comparison); True and False mean "auto" and "off". `target.row_kernels` says which was chosen.
+    comparison); True and False mean "auto" and "off". "vnni-block" (never chosen by "auto")
+    takes Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights in ggspec's block order: on
+    AVX512-VNNI its verifies of 8+ rows and its prefill run faster, and speculation stays
+    exact, but its logits are not llama.cpp's bits (greedy text can part from llama.cpp's).
+    `target.row_kernels` says which was chosen.
     recurrent_rollback: how a recurrent trunk (qwen35) rolls back a partly accepted verify:
     "snapshots" (the default: the verify keeps the state after each row and the kept one is
     copied on the device), "snapshots-host" (the same copy through the host) or "reforward"

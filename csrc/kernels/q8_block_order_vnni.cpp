@@ -1,0 +1,446 @@
+// The block order of q8_dot_rows.h on AVX512-VNNI (path vnni-block): each
+// block's integer dot whole, then one FMA. Three tile shapes share that order:
+//  - wide (groups of 8 activation rows, and a last group of 5-7): a row per
+//    lane. A weight tile is decoded once to unsigned bytes; each of a block's
+//    eight 4-value groups is broadcast against the 8 rows' matching groups, so
+//    the block's dot builds up in each row's lane, and one cvt, one vmulps and
+//    one FMA serve 8 outputs. vec_dot's order needs a cvt and an FMA per
+//    (weight row, activation row, block), on the pipes dpbusd runs on.
+//  - paired (a last 3-4 rows): the same with two weight rows to a register,
+//    one in each half against the rows' lanes repeated, so that a 4-row verify
+//    does not pay for 8.
+//  - narrow (a last 1-2 rows: a decode step): a dot's 8 lanes per (weight row,
+//    activation row), dpbusd straight from the stored block, the lanes of 8
+//    dots summed in integers at once before their one FMA.
+#include "kernels/q8_vnni_blocks.h"
+
+#if GGSPEC_X86_KERNEL
+
+namespace ggspec {
+namespace {
+
+constexpr int kWeightTile = 8;  // weight rows a tile takes
+constexpr int kLanes = 8;       // activation rows of a wide group; (weight, activation) pairs of a narrow tile
+constexpr int kWideWeights = 4; // weight rows a wide tile's block loop takes: 8 activation vectors + 4 x 2 accumulators
+constexpr int kWideRows = 5;    // the fewest activation rows that take a wide group
+constexpr int kPairedRows = 3;  // the fewest that take a paired one
+
+using namespace q8_vnni;
+
+inline int32_t load_i32(const uint8_t * p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// A chunk's n activation rows, in two layouts. Narrow: row a's block b at
+// b * n + a: values y[at * 32], the lanes' correction[at * 8] (signed weights:
+// -128 * the sum of the lane's 4 values, which turns u . y back into x . y),
+// scale[at] and (Q8_1) sums[at], each padded by kLanes. Wide: group g's block b
+// at b * groups + g, rows in lanes: lane_values[(at * 8 + i) * 8 + r] is dword
+// i (values 4i..4i+3) of the group's row r, lane_correction[at * 8 + r] the
+// block's whole correction, lane_scale and lane_sums likewise (padding rows 0);
+// a paired last group has its rows in lanes 0-3 and again in 4-7.
+struct PackedActs {
+    int64_t n = 0, groups = 0;
+    const int8_t * y = nullptr;
+    const int32_t * correction = nullptr;
+    const float * scale = nullptr;
+    const float * sums = nullptr;
+    const int32_t * lane_values = nullptr;
+    const int32_t * lane_correction = nullptr;
+    const float * lane_scale = nullptr;
+    const float * lane_sums = nullptr;
+};
+
+struct ActBuffers {
+    Buffer<int8_t> & y = thread_buffer<int8_t>();
+    Buffer<int32_t> & correction = thread_buffer<int32_t, 0>();
+    Buffer<float> & scale = thread_buffer<float, 0>();
+    Buffer<float> & sums = thread_buffer<float, 1>();
+    Buffer<int32_t> & lane_values = thread_buffer<int32_t, 1>();
+    Buffer<int32_t> & lane_correction = thread_buffer<int32_t, 2>();
+    Buffer<float> & lane_scale = thread_buffer<float, 2>();
+    Buffer<float> & lane_sums = thread_buffer<float, 3>();
+};
+
+GGSPEC_AVX512 PackedActs pack_activations(const DotRowsJob & job, const ActRows & acts, int64_t groups,
+                                          bool paired, ActBuffers & buf) {
+    const int64_t n = acts.end - acts.first, nb = job.n_blocks;
+    const bool q8_1 = q8_has_min(job.weight_type);
+    const int block_bytes = q8_1 ? 36 : 34, qs_offset = q8_1 ? 4 : 2;
+    buf.y.resize((size_t) (n * nb * kQ8Block));
+    buf.correction.resize((size_t) (n * nb * 8));
+    buf.scale.assign((size_t) (n * nb + kLanes), 0.0f);
+    buf.sums.assign((size_t) (n * nb + kLanes), 0.0f);
+    buf.lane_values.assign((size_t) (groups * nb * kLanes * 8), 0);
+    buf.lane_correction.assign((size_t) (groups * nb * kLanes), 0);
+    buf.lane_scale.assign((size_t) (groups * nb * kLanes), 0.0f);
+    buf.lane_sums.assign((size_t) (groups * nb * kLanes), 0.0f);
+    const __m256i zero = _mm256_setzero_si256();
+    for (int64_t a = 0; a < n; ++a) {
+        const uint8_t * row = acts.row(acts.first + a);
+        for (int64_t b = 0; b < nb; ++b) {
+            const uint8_t * block = row + b * block_bytes;
+            const int64_t at = b * n + a;
+            const __m256i values = _mm256_loadu_si256((const __m256i *) (block + qs_offset));
+            _mm256_storeu_si256((__m256i *) (buf.y.data() + at * kQ8Block), values);
+            const __m256i correction =
+                q8_1 ? zero : _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char) 0x80), values));
+            _mm256_storeu_si256((__m256i *) (buf.correction.data() + at * 8), correction);
+            const float scale = _cvtsh_ss(load_u16(block)), sum = q8_1 ? _cvtsh_ss(load_u16(block + 2)) : 0.0f;
+            buf.scale[(size_t) at] = scale;
+            buf.sums[(size_t) at] = sum;
+            if (a / kLanes >= groups) continue;
+            const int64_t lane_at = (b * groups + a / kLanes) * kLanes;
+            const bool repeat = paired && a / kLanes == groups - 1;
+            for (int64_t r = a % kLanes; r < kLanes; r += kLanes / 2) {
+                for (int i = 0; i < 8; ++i) {
+                    buf.lane_values[(size_t) ((lane_at + i) * 8 + r)] = load_i32(block + qs_offset + 4 * i);
+                }
+                buf.lane_correction[(size_t) (lane_at + r)] = sum_int_lanes(correction);
+                buf.lane_scale[(size_t) (lane_at + r)] = scale;
+                buf.lane_sums[(size_t) (lane_at + r)] = sum;
+                if (!repeat) break;
+            }
+        }
+    }
+    return {n, groups, buf.y.data(), buf.correction.data(), buf.scale.data(), buf.sums.data(),
+            buf.lane_values.data(), buf.lane_correction.data(), buf.lane_scale.data(), buf.lane_sums.data()};
+}
+
+// How the paired and narrow tiles read their weight blocks: Decoded, from the
+// WeightBlocks that a chunk with wide groups had its tiles decoded to (and
+// IQ4_NL's always: its table lookup ran 22-38% slower in place); Stored<T>,
+// where they are stored, decoded in registers.
+template <bool SignedValues>
+struct Decoded {
+    static constexpr bool Signed = SignedValues, in_place = false;
+    static constexpr ggml_type type = GGML_TYPE_COUNT;  // any type of its kind
+};
+
+template <ggml_type T>
+struct Stored {
+    static constexpr bool Signed = signed_values(T), in_place = true;
+    static constexpr ggml_type type = T;
+};
+
+// Weight rows as a tile reads them: decoded, n_blocks apart, or as stored,
+// row_bytes apart. Block b of row w gives dpbusd's unsigned bytes; a vector
+// of rows (lanes) gives their blocks' scales d and mins m.
+struct TileRows {
+    const WeightBlock * decoded;
+    const uint8_t * stored;
+    size_t row_bytes;
+    int64_t n_blocks;
+
+    TileRows from(int w) const { return {decoded + w * n_blocks, stored + w * row_bytes, row_bytes, n_blocks}; }
+    template <class F>
+    GGSPEC_AVX512 __m256i block_values(int w, int64_t b) const {
+        if constexpr (F::in_place) {
+            return unsigned_values<F::type>(stored + w * row_bytes + b * block_bytes<F::type>());
+        }
+        return _mm256_loadu_si256((const __m256i *) decoded[w * n_blocks + b].u);
+    }
+    template <class F>
+    GGSPEC_AVX512 float block_scale(int w, int64_t b) const {
+        if constexpr (F::in_place) return _cvtsh_ss(load_u16(stored + w * row_bytes + b * block_bytes<F::type>()));
+        return decoded[w * n_blocks + b].d;
+    }
+    template <class F>
+    GGSPEC_AVX512 float block_min(int w, int64_t b) const {
+        if constexpr (F::in_place) return _cvtsh_ss(load_u16(stored + w * row_bytes + b * block_bytes<F::type>() + 2));
+        return decoded[w * n_blocks + b].m;
+    }
+    // Block b's d (and, for Q4_1 and Q5_1, m) of rows lane[0..7], a scalar
+    // load a lane: a stored block starts with d (then m) in F16, a decoded one
+    // holds them converted. (A vpgatherdd of the 8 made a decode step 4-10%
+    // slower on Gemma 3.)
+    template <class F>
+    GGSPEC_AVX512 void block_scales(const int32_t * lane, int64_t b, __m256 & d, __m256 & m) const {
+        if constexpr (F::in_place) {
+            alignas(32) int32_t dm[8];
+            const uint8_t * first = stored + b * block_bytes<F::type>();
+            for (int i = 0; i < 8; ++i) std::memcpy(&dm[i], first + lane[i] * row_bytes, 4);
+            const __m256i v = _mm256_load_si256((const __m256i *) dm);
+            d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
+            if constexpr (!F::Signed) m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16)));
+        } else {
+            alignas(32) float ds[8], ms[8];
+            for (int i = 0; i < 8; ++i) {
+                const WeightBlock & block = decoded[lane[i] * n_blocks + b];
+                ds[i] = block.d, ms[i] = block.m;
+            }
+            d = _mm256_load_ps(ds);
+            if constexpr (!F::Signed) m = _mm256_load_ps(ms);
+        }
+    }
+};
+
+// Lane i: the sum of v[i]'s 8 lanes (integers: any order is exact).
+GGSPEC_AVX512 inline __m256i int_sums8(const __m256i * v) {
+    __m256i t[4];  // [v_i's halves summed | v_i+4's]
+    for (int i = 0; i < 4; ++i) {
+        t[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[i], v[i + 4], 0x20),
+                                _mm256_permute2x128_si256(v[i], v[i + 4], 0x31));
+    }
+    return _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
+}
+
+// Where dpbusd starts a block's lanes of activation row a (at = b * n + a):
+// the correction for signed weights, else zero.
+template <bool Signed>
+GGSPEC_AVX512 inline __m256i block_init(const PackedActs & acts, int64_t at) {
+    return Signed ? _mm256_loadu_si256((const __m256i *) (acts.correction + at * 8)) : _mm256_setzero_si256();
+}
+
+// Every tile puts its outputs (w, r) in staged[r * kWeightTile + w], and from
+// there they go to dst a row at a time: written one by one, their stores to rows of dst whose
+// addresses agree in the low 12 bits (an LM head's rows of 1 MB) cost Gemma 3's
+// 8-row LM head 6%.
+
+// NW weight rows (decoded, n_blocks apart) against the wide group g, rows in
+// lanes; the weight stream takes the steps from fetch0 on.
+template <int NW, bool Signed>
+GGSPEC_AVX512 void wide_tile(const WeightBlock * rows, const PackedActs & acts, int64_t n_blocks, int64_t g,
+                             const WeightStream & next, int64_t fetch0, float * staged) {
+    __m256 acc[NW], mins[NW];
+#pragma GCC unroll 8
+    for (int w = 0; w < NW; ++w) acc[w] = mins[w] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        next.fetch(fetch0 + b);
+        const int64_t at = (b * acts.groups + g) * kLanes;
+        __m256i y[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+            y[i] = _mm256_loadu_si256((const __m256i *) (acts.lane_values + (at + i) * 8));
+            in_register(y[i]);
+        }
+        const __m256i init =
+            Signed ? _mm256_loadu_si256((const __m256i *) (acts.lane_correction + at)) : _mm256_setzero_si256();
+        const __m256 scales = _mm256_loadu_ps(acts.lane_scale + at);
+#pragma GCC unroll 8
+        for (int w = 0; w < NW; ++w) {
+            const WeightBlock & block = rows[w * n_blocks + b];
+            __m256i even = init, odd = _mm256_setzero_si256();  // two chains of dpbusd's latency
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i += 2) {
+                even = _mm256_dpbusd_epi32(even, _mm256_set1_epi32(load_i32(block.u + 4 * i)), y[i]);
+                odd = _mm256_dpbusd_epi32(odd, _mm256_set1_epi32(load_i32(block.u + 4 * i + 4)), y[i + 1]);
+            }
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_add_epi32(even, odd));
+            acc[w] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(block.d), scales), q, acc[w]);
+            if constexpr (!Signed) {
+                mins[w] = _mm256_fmadd_ps(_mm256_set1_ps(block.m), _mm256_loadu_ps(acts.lane_sums + at), mins[w]);
+            }
+        }
+    }
+    alignas(32) float out[NW][kLanes];
+#pragma GCC unroll 8
+    for (int w = 0; w < NW; ++w) _mm256_store_ps(out[w], Signed ? acc[w] : _mm256_add_ps(acc[w], mins[w]));
+    for (int w = 0; w < NW; ++w)
+        for (int r = 0; r < kLanes; ++r) staged[r * kWeightTile + w] = out[w][r];
+}
+
+// NP pairs of weight rows against the paired group g: rows 2p and 2p + 1 of a
+// pair share a register, one in each half (a vpermt2d per 4-value group), so
+// that their blocks' dots build up in lanes r and 4 + r.
+template <int NP, class F>
+GGSPEC_AVX512 void pair_tile(const TileRows & rows, const PackedActs & acts, int64_t g, const WeightStream & next,
+                             int64_t fetch0, float * staged) {
+    constexpr bool Signed = F::Signed;
+    __m256 acc[NP], mins[NP];
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) acc[p] = mins[p] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < rows.n_blocks; ++b) {
+        next.fetch(fetch0 + b);
+        const int64_t at = (b * acts.groups + g) * kLanes;
+        __m256i y[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; ++i) {
+            y[i] = _mm256_loadu_si256((const __m256i *) (acts.lane_values + (at + i) * 8));
+            in_register(y[i]);
+        }
+        const __m256i init =
+            Signed ? _mm256_loadu_si256((const __m256i *) (acts.lane_correction + at)) : _mm256_setzero_si256();
+        const __m256 scales = _mm256_loadu_ps(acts.lane_scale + at);
+#pragma GCC unroll 8
+        for (int p = 0; p < NP; ++p) {
+            const __m256i u0 = rows.block_values<F>(2 * p, b), u1 = rows.block_values<F>(2 * p + 1, b);
+            __m256i even = init, odd = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i += 2) {
+                const __m256i pick = _mm256_setr_epi32(i, i, i, i, 8 + i, 8 + i, 8 + i, 8 + i);
+                const __m256i next_pick = _mm256_add_epi32(pick, _mm256_set1_epi32(1));
+                even = _mm256_dpbusd_epi32(even, _mm256_permutex2var_epi32(u0, pick, u1), y[i]);
+                odd = _mm256_dpbusd_epi32(odd, _mm256_permutex2var_epi32(u0, next_pick, u1), y[i + 1]);
+            }
+            const __m256 q = _mm256_cvtepi32_ps(_mm256_add_epi32(even, odd));
+            const __m256 d = _mm256_set_m128(_mm_set1_ps(rows.block_scale<F>(2 * p + 1, b)),
+                                             _mm_set1_ps(rows.block_scale<F>(2 * p, b)));
+            acc[p] = _mm256_fmadd_ps(_mm256_mul_ps(d, scales), q, acc[p]);
+            if constexpr (!Signed) {
+                const __m256 m = _mm256_set_m128(_mm_set1_ps(rows.block_min<F>(2 * p + 1, b)),
+                                                 _mm_set1_ps(rows.block_min<F>(2 * p, b)));
+                mins[p] = _mm256_fmadd_ps(m, _mm256_loadu_ps(acts.lane_sums + at), mins[p]);
+            }
+        }
+    }
+    alignas(32) float out[NP][kLanes];
+#pragma GCC unroll 8
+    for (int p = 0; p < NP; ++p) _mm256_store_ps(out[p], Signed ? acc[p] : _mm256_add_ps(acc[p], mins[p]));
+    for (int p = 0; p < NP; ++p)
+        for (int half = 0; half < 2; ++half)
+            for (int r = 0; r < kLanes / 2; ++r) staged[r * kWeightTile + 2 * p + half] = out[p][half * 4 + r];
+}
+
+// NW weight rows against NA activation rows from a0, a (weight, activation)
+// pair per output lane, w * NA + r.
+template <int NW, int NA, class F>
+GGSPEC_AVX512 void narrow_tile(const TileRows & rows, const PackedActs & acts, int64_t a0, const WeightStream & next,
+                               int64_t fetch0, float * staged) {
+    static_assert(NW * NA <= kLanes, "a lane per output");
+    constexpr bool Signed = F::Signed;
+    constexpr int P = NW * NA;
+    alignas(32) int32_t w_lane[kLanes], a_lane[kLanes];  // each output lane's weight row and activation row
+    for (int p = 0; p < kLanes; ++p) w_lane[p] = p < P ? p / NA : 0, a_lane[p] = p < P ? p % NA : 0;
+    const __m256i a_index = _mm256_load_si256((const __m256i *) a_lane);
+    const int64_t n = acts.n;
+    __m256 acc = _mm256_setzero_ps(), mins = _mm256_setzero_ps();
+    for (int64_t b = 0; b < rows.n_blocks; ++b) {
+        next.fetch(fetch0 + b);
+        __m256i u[NW], v[kLanes];
+#pragma GCC unroll 8
+        for (int w = 0; w < NW; ++w) u[w] = rows.block_values<F>(w, b);
+#pragma GCC unroll 8
+        for (int r = 0; r < NA; ++r) {
+            const int64_t at = b * n + a0 + r;
+            const __m256i y = _mm256_loadu_si256((const __m256i *) (acts.y + at * kQ8Block));
+            const __m256i init = block_init<Signed>(acts, at);
+#pragma GCC unroll 8
+            for (int w = 0; w < NW; ++w) v[w * NA + r] = _mm256_dpbusd_epi32(init, u[w], y);
+        }
+#pragma GCC unroll 8
+        for (int p = P; p < kLanes; ++p) v[p] = _mm256_setzero_si256();
+        const __m256 q = _mm256_cvtepi32_ps(int_sums8(v));
+        __m256 d_w, m_w;
+        rows.block_scales<F>(w_lane, b, d_w, m_w);
+        const __m256 d = _mm256_mul_ps(d_w, _mm256_permutexvar_ps(a_index, _mm256_loadu_ps(acts.scale + b * n + a0)));
+        acc = _mm256_fmadd_ps(d, q, acc);
+        if constexpr (!Signed) {
+            mins = _mm256_fmadd_ps(m_w, _mm256_permutexvar_ps(a_index, _mm256_loadu_ps(acts.sums + b * n + a0)), mins);
+        }
+    }
+    alignas(32) float out[kLanes];
+    _mm256_store_ps(out, Signed ? acc : _mm256_add_ps(acc, mins));
+    for (int p = 0; p < P; ++p) staged[(p % NA) * kWeightTile + p / NA] = out[p];
+}
+
+class Kernel {
+public:
+    explicit Kernel(const DotRowsJob & job) : job_(job), decode_(decoder(job.weight_type)) {
+        weights_.resize((size_t) (kWeightTile * job.n_blocks));
+    }
+    void prepare(const ActRows & acts) {
+        const int64_t n = acts.end - acts.first, rest = n % kLanes;
+        wide_ = n / kLanes + (rest >= kWideRows);
+        paired_ = rest >= kPairedRows && rest < kWideRows;
+        acts_ = pack_activations(job_, acts, wide_ + paired_, paired_, buffers_);
+        in_place_ = wide_ == 0 && job_.weight_type != GGML_TYPE_IQ4_NL;  // see Decoded
+    }
+    void decode(int64_t w, int64_t slot) {
+        if (in_place_) return;
+        decode_((const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks, weights_.data() + slot * job_.n_blocks);
+    }
+    template <int TileW>
+    void run(int64_t w0, int64_t slot, int64_t chunk0, int64_t) {
+        if (in_place_) {
+            switch (job_.weight_type) {
+                case GGML_TYPE_Q8_0: return run_as<TileW, Stored<GGML_TYPE_Q8_0>>(w0, slot, chunk0);
+                case GGML_TYPE_Q4_0: return run_as<TileW, Stored<GGML_TYPE_Q4_0>>(w0, slot, chunk0);
+                case GGML_TYPE_Q5_0: return run_as<TileW, Stored<GGML_TYPE_Q5_0>>(w0, slot, chunk0);
+                case GGML_TYPE_Q4_1: return run_as<TileW, Stored<GGML_TYPE_Q4_1>>(w0, slot, chunk0);
+                case GGML_TYPE_Q5_1: return run_as<TileW, Stored<GGML_TYPE_Q5_1>>(w0, slot, chunk0);
+                default: break;  // IQ4_NL: decoded
+            }
+        }
+        if (q8_has_min(job_.weight_type)) return run_as<TileW, Decoded<false>>(w0, slot, chunk0);
+        run_as<TileW, Decoded<true>>(w0, slot, chunk0);
+    }
+
+    WeightStream stream;
+
+private:
+    static constexpr int narrow_weights(int rows) { return kLanes / rows; }
+
+    // The chunk's wide groups, then a paired group or 1-2 narrow rows. A lone
+    // weight row (a partial tile's) takes its paired rows narrow.
+    template <int TileW, class F>
+    void run_as(int64_t w0, int64_t slot, int64_t chunk0) {
+        constexpr int NW = std::min(TileW, kWideWeights), NP = std::max(1, std::min(TileW, kWideWeights) / 2);
+        const int64_t nb = job_.n_blocks, n = acts_.n, rest = n - std::min(n, wide_ * kLanes);
+        const bool paired = paired_ && TileW >= 2;
+        const TileRows rows{weights_.data() + slot * nb, (const uint8_t *) job_.weights + w0 * job_.row_bytes,
+                            job_.row_bytes, nb};
+        const int narrow_loops = rest ? (TileW + narrow_weights((int) rest) - 1) / narrow_weights((int) rest) : 0;
+        const int rest_loops = paired ? TileW / (2 * NP) : narrow_loops;
+        stream.spread(wide_ * (TileW / NW) + rest_loops);
+        alignas(32) float staged[kLanes * kWeightTile];
+        int64_t fetch0 = 0;
+        for (int64_t g = 0; g < wide_; ++g) {
+            for (int w = 0; w < TileW; w += NW, fetch0 += nb) {
+                wide_tile<NW, F::Signed>(rows.decoded + w * nb, acts_, nb, g, stream, fetch0, staged + w);
+            }
+            write(staged, chunk0 + g * kLanes, std::min<int64_t>(kLanes, n - g * kLanes), w0, TileW);
+        }
+        if (paired) {
+            if constexpr (TileW >= 2) {
+                for (int w = 0; w < TileW; w += 2 * NP, fetch0 += nb) {
+                    pair_tile<NP, F>(rows.from(w), acts_, wide_, stream, fetch0, staged + w);
+                }
+            }
+            return write(staged, chunk0 + n - rest, rest, w0, TileW);
+        }
+        switch (rest) {
+            case 1: return narrow_group<TileW, 1, F>(rows, n - 1, fetch0, staged, chunk0, w0);
+            case 2: return narrow_group<TileW, 2, F>(rows, n - 2, fetch0, staged, chunk0, w0);
+            case 3: return narrow_group<TileW, 3, F>(rows, n - 3, fetch0, staged, chunk0, w0);
+            case 4: return narrow_group<TileW, 4, F>(rows, n - 4, fetch0, staged, chunk0, w0);
+            default: return;
+        }
+    }
+    template <int TileW, int NA, class F>
+    void narrow_group(const TileRows & rows, int64_t a0, int64_t fetch0, float * staged, int64_t chunk0, int64_t w0) {
+        constexpr int NW = std::min(TileW, narrow_weights(NA));
+        for (int w = 0; w < TileW; w += NW, fetch0 += job_.n_blocks) {
+            narrow_tile<NW, NA, F>(rows.from(w), acts_, a0, stream, fetch0, staged + w);
+        }
+        write(staged, chunk0 + a0, NA, w0, TileW);
+    }
+    void write(const float * staged, int64_t a0, int64_t rows, int64_t w0, int n_w) const {
+        for (int64_t r = 0; r < rows; ++r) {
+            std::memcpy(job_.dst + (a0 + r) * job_.dst_stride + w0, staged + r * kWeightTile, n_w * sizeof(float));
+        }
+    }
+
+    const DotRowsJob & job_;
+    const DecodeRow decode_;
+    PackedActs acts_;
+    int64_t wide_ = 0;     // wide groups of the chunk
+    bool paired_ = false;  // and a paired group after them
+    bool in_place_ = false;
+    // per thread, reused across calls
+    ActBuffers buffers_;
+    Buffer<WeightBlock> & weights_ = thread_buffer<WeightBlock>();
+};
+
+}  // namespace
+
+void q8_block_order_vnni(const DotRowsJob & job, int64_t w_begin, int64_t w_end) {
+    Kernel kernel(job);
+    run_tiles<kWeightTile>(kernel, job, w_begin, w_end);
+}
+
+}  // namespace ggspec
+
+#endif  // GGSPEC_X86_KERNEL
