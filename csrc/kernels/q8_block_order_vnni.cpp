@@ -109,73 +109,28 @@ GGSPEC_AVX512 PackedActs pack_activations(const DotRowsJob & job, const ActRows 
             buf.lane_values.data(), buf.lane_correction.data(), buf.lane_scale.data(), buf.lane_sums.data()};
 }
 
-// How the paired and narrow tiles read their weight blocks: Decoded, from the
-// WeightBlocks that a chunk with wide groups had its tiles decoded to (and
-// IQ4_NL's always: its table lookup ran 22-38% slower in place); Stored<T>,
-// where they are stored, decoded in registers.
-template <bool SignedValues>
-struct Decoded {
-    static constexpr bool Signed = SignedValues, in_place = false;
-    static constexpr ggml_type type = GGML_TYPE_COUNT;  // any type of its kind
-};
-
-template <ggml_type T>
-struct Stored {
-    static constexpr bool Signed = signed_values(T), in_place = true;
-    static constexpr ggml_type type = T;
-};
-
-// Weight rows as a tile reads them: decoded, n_blocks apart, or as stored,
-// row_bytes apart. Block b of row w gives dpbusd's unsigned bytes; a vector
-// of rows (lanes) gives their blocks' scales d and mins m.
-struct TileRows {
-    const WeightBlock * decoded;
-    const uint8_t * stored;
-    size_t row_bytes;
-    int64_t n_blocks;
-
-    TileRows from(int w) const { return {decoded + w * n_blocks, stored + w * row_bytes, row_bytes, n_blocks}; }
-    template <class F>
-    GGSPEC_AVX512 __m256i block_values(int w, int64_t b) const {
-        if constexpr (F::in_place) {
-            return unsigned_values<F::type>(stored + w * row_bytes + b * block_bytes<F::type>());
+// Block b's d (and, for Q4_1 and Q5_1, m) of rows lane[0..7], a scalar load
+// a lane: a stored block starts with d (then m) in F16, a decoded one holds
+// them converted. (A vpgatherdd of the 8 made a decode step 4-10% slower on
+// Gemma 3.)
+template <class F>
+GGSPEC_AVX512 void lane_scales(const TileRows & rows, const int32_t * lane, int64_t b, __m256 & d, __m256 & m) {
+    if constexpr (F::in_place) {
+        alignas(32) int32_t dm[8];
+        for (int i = 0; i < 8; ++i) std::memcpy(&dm[i], rows.stored + lane[i] * rows.row_bytes + b * block_bytes<F::type>(), 4);
+        const __m256i v = _mm256_load_si256((const __m256i *) dm);
+        d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
+        if constexpr (!F::Signed) m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16)));
+    } else {
+        alignas(32) float ds[8], ms[8];
+        for (int i = 0; i < 8; ++i) {
+            const WeightBlock & block = rows.decoded[lane[i] * rows.n_blocks + b];
+            ds[i] = block.d, ms[i] = block.m;
         }
-        return _mm256_loadu_si256((const __m256i *) decoded[w * n_blocks + b].u);
+        d = _mm256_load_ps(ds);
+        if constexpr (!F::Signed) m = _mm256_load_ps(ms);
     }
-    template <class F>
-    GGSPEC_AVX512 float block_scale(int w, int64_t b) const {
-        if constexpr (F::in_place) return _cvtsh_ss(load_u16(stored + w * row_bytes + b * block_bytes<F::type>()));
-        return decoded[w * n_blocks + b].d;
-    }
-    template <class F>
-    GGSPEC_AVX512 float block_min(int w, int64_t b) const {
-        if constexpr (F::in_place) return _cvtsh_ss(load_u16(stored + w * row_bytes + b * block_bytes<F::type>() + 2));
-        return decoded[w * n_blocks + b].m;
-    }
-    // Block b's d (and, for Q4_1 and Q5_1, m) of rows lane[0..7], a scalar
-    // load a lane: a stored block starts with d (then m) in F16, a decoded one
-    // holds them converted. (A vpgatherdd of the 8 made a decode step 4-10%
-    // slower on Gemma 3.)
-    template <class F>
-    GGSPEC_AVX512 void block_scales(const int32_t * lane, int64_t b, __m256 & d, __m256 & m) const {
-        if constexpr (F::in_place) {
-            alignas(32) int32_t dm[8];
-            const uint8_t * first = stored + b * block_bytes<F::type>();
-            for (int i = 0; i < 8; ++i) std::memcpy(&dm[i], first + lane[i] * row_bytes, 4);
-            const __m256i v = _mm256_load_si256((const __m256i *) dm);
-            d = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(v));
-            if constexpr (!F::Signed) m = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(v, 16)));
-        } else {
-            alignas(32) float ds[8], ms[8];
-            for (int i = 0; i < 8; ++i) {
-                const WeightBlock & block = decoded[lane[i] * n_blocks + b];
-                ds[i] = block.d, ms[i] = block.m;
-            }
-            d = _mm256_load_ps(ds);
-            if constexpr (!F::Signed) m = _mm256_load_ps(ms);
-        }
-    }
-};
+}
 
 // Lane i: the sum of v[i]'s 8 lanes (integers: any order is exact).
 GGSPEC_AVX512 inline __m256i int_sums8(const __m256i * v) {
@@ -199,6 +154,24 @@ GGSPEC_AVX512 inline __m256i block_init(const PackedActs & acts, int64_t at) {
 // addresses agree in the low 12 bits (an LM head's rows of 1 MB) cost Gemma 3's
 // 8-row LM head 6%.
 
+// Block b of the lane group g as the wide and paired tiles take it: its 8
+// value vectors (kept in registers), where dpbusd starts, the rows' scales;
+// returns where the group's block starts in the lane arrays.
+template <bool Signed>
+__attribute__((always_inline)) GGSPEC_AVX512 inline int64_t lane_block(const PackedActs & acts, int64_t b, int64_t g,
+                                                                      __m256i (&y)[8], __m256i & init,
+                                                                      __m256 & scales) {
+    const int64_t at = (b * acts.groups + g) * kLanes;
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+        y[i] = _mm256_loadu_si256((const __m256i *) (acts.lane_values + (at + i) * 8));
+        in_register(y[i]);
+    }
+    init = Signed ? _mm256_loadu_si256((const __m256i *) (acts.lane_correction + at)) : _mm256_setzero_si256();
+    scales = _mm256_loadu_ps(acts.lane_scale + at);
+    return at;
+}
+
 // NW weight rows (decoded, n_blocks apart) against the wide group g, rows in
 // lanes; the weight stream takes the steps from fetch0 on.
 template <int NW, bool Signed>
@@ -209,16 +182,9 @@ GGSPEC_AVX512 void wide_tile(const WeightBlock * rows, const PackedActs & acts, 
     for (int w = 0; w < NW; ++w) acc[w] = mins[w] = _mm256_setzero_ps();
     for (int64_t b = 0; b < n_blocks; ++b) {
         next.fetch(fetch0 + b);
-        const int64_t at = (b * acts.groups + g) * kLanes;
-        __m256i y[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) {
-            y[i] = _mm256_loadu_si256((const __m256i *) (acts.lane_values + (at + i) * 8));
-            in_register(y[i]);
-        }
-        const __m256i init =
-            Signed ? _mm256_loadu_si256((const __m256i *) (acts.lane_correction + at)) : _mm256_setzero_si256();
-        const __m256 scales = _mm256_loadu_ps(acts.lane_scale + at);
+        __m256i y[8], init;
+        __m256 scales;
+        const int64_t at = lane_block<Signed>(acts, b, g, y, init, scales);
 #pragma GCC unroll 8
         for (int w = 0; w < NW; ++w) {
             const WeightBlock & block = rows[w * n_blocks + b];
@@ -254,16 +220,9 @@ GGSPEC_AVX512 void pair_tile(const TileRows & rows, const PackedActs & acts, int
     for (int p = 0; p < NP; ++p) acc[p] = mins[p] = _mm256_setzero_ps();
     for (int64_t b = 0; b < rows.n_blocks; ++b) {
         next.fetch(fetch0 + b);
-        const int64_t at = (b * acts.groups + g) * kLanes;
-        __m256i y[8];
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; ++i) {
-            y[i] = _mm256_loadu_si256((const __m256i *) (acts.lane_values + (at + i) * 8));
-            in_register(y[i]);
-        }
-        const __m256i init =
-            Signed ? _mm256_loadu_si256((const __m256i *) (acts.lane_correction + at)) : _mm256_setzero_si256();
-        const __m256 scales = _mm256_loadu_ps(acts.lane_scale + at);
+        __m256i y[8], init;
+        __m256 scales;
+        const int64_t at = lane_block<Signed>(acts, b, g, y, init, scales);
 #pragma GCC unroll 8
         for (int p = 0; p < NP; ++p) {
             const __m256i u0 = rows.block_values<F>(2 * p, b), u1 = rows.block_values<F>(2 * p + 1, b);
@@ -324,7 +283,7 @@ GGSPEC_AVX512 void narrow_tile(const TileRows & rows, const PackedActs & acts, i
         for (int p = P; p < kLanes; ++p) v[p] = _mm256_setzero_si256();
         const __m256 q = _mm256_cvtepi32_ps(int_sums8(v));
         __m256 d_w, m_w;
-        rows.block_scales<F>(w_lane, b, d_w, m_w);
+        lane_scales<F>(rows, w_lane, b, d_w, m_w);
         const __m256 d = _mm256_mul_ps(d_w, _mm256_permutexvar_ps(a_index, _mm256_loadu_ps(acts.scale + b * n + a0)));
         acc = _mm256_fmadd_ps(d, q, acc);
         if constexpr (!Signed) {

@@ -71,60 +71,6 @@ GGSPEC_AVX512 void pack_activations(const DotRowsJob & job, const ActRows & acts
     }
 }
 
-// How a tile reads its weight blocks. Decoded: from the WeightBlocks a pass
-// wrote before it, once for every group of 8 activation rows that meets them
-// (a prefill chunk has 8). Stored<T>: where they are stored, each block decoded
-// in registers for each group, which costs the single group of a verify less:
-// at 8 rows (4 rows) Q4_1's products ran 10% (15%) faster, Q4_0's and Q5_0's
-// 10% (16-22%), Q5_1's the same (8%), and Q4_1's 6% slower at 64 (2 threads,
-// 1536 x 576 weights). IQ4_NL's table lookup keeps its pass: in place it ran
-// 22-38% slower. Q8_0 is always read in place: its decode is one xor, and a
-// pass that stored it cost Gemma 3's 8-row LM head 15% more. Signed: values
-// offset by 128, which the activations' correction takes back out. Paired:
-// IQ4_NL's two passes over its blocks (see q8_blocks_paired).
-template <bool SignedValues, bool PairedBlocks>
-struct Decoded {
-    static constexpr bool Signed = SignedValues, Paired = PairedBlocks, in_place = false;
-    static constexpr ggml_type type = GGML_TYPE_COUNT;  // any type of its kind
-};
-
-template <ggml_type T>
-struct Stored {
-    static constexpr bool Signed = signed_values(T), Paired = q8_blocks_paired(T), in_place = true;
-    static constexpr ggml_type type = T;
-};
-
-// Weight rows as a tile reads them: decoded, n_blocks apart, or as stored,
-// row_bytes apart. Block b of row w gives dpbusd's unsigned bytes, its scale d
-// and (Q4_1, Q5_1) its min m.
-struct TileRows {
-    const WeightBlock * decoded;
-    const uint8_t * stored;
-    size_t row_bytes;
-    int64_t n_blocks;
-
-    TileRows from(int w) const { return {decoded + w * n_blocks, stored + w * row_bytes, row_bytes, n_blocks}; }
-    template <class F>
-    GGSPEC_AVX512 __m256i block_values(int w, int64_t b) const {
-        if constexpr (F::in_place) return unsigned_values<F::type>(block<F>(w, b));
-        return _mm256_loadu_si256((const __m256i *) decoded[w * n_blocks + b].u);
-    }
-    template <class F>
-    GGSPEC_AVX512 float block_scale(int w, int64_t b) const {
-        if constexpr (F::in_place) return _cvtsh_ss(load_u16(block<F>(w, b)));
-        return decoded[w * n_blocks + b].d;
-    }
-    template <class F>
-    GGSPEC_AVX512 float block_min(int w, int64_t b) const {
-        if constexpr (F::in_place) return _cvtsh_ss(load_u16(block<F>(w, b) + 2));
-        return decoded[w * n_blocks + b].m;
-    }
-
-private:
-    template <class F>
-    const uint8_t * block(int w, int64_t b) const { return stored + w * row_bytes + b * block_bytes<F::type>(); }
-};
-
 // Q4_1's and Q5_1's min term per (weight row, activation row): ggml's vec_dot adds m * s
 // block by block into one float (contracted to an FMA), then adds it to the
 // lanes' sum. Vectorised across activation rows, so each keeps that order, and
