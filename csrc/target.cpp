@@ -65,8 +65,9 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
     if (opt.prefill_chunk <= 0) throw std::invalid_argument("prefill_chunk must be positive");
     if (opt.max_verify_rows <= 0) throw std::invalid_argument("max_verify_rows must be positive");
     if (opt.n_threads < 0) throw std::invalid_argument("n_threads must be >= 0");
-    const ggml_type kv_type = kv_type_from_name(opt.kv_type);
-    const RowKernels row_kernels = row_kernels_from_name(opt.row_kernels);  // a bad name fails before the load
+    // a bad name fails before the load
+    (void) kv_type_from_name(opt.kv_type);
+    const RowKernels row_kernels = row_kernels_from_name(opt.row_kernels);
     rollback_ = rollback_from_name(opt.recurrent_rollback);
     dev_ = pick_device(opt.device);
 
