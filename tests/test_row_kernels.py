@@ -89,6 +89,7 @@ def test_block_order_rows_match_one_row_steps(tiny_model, arch, dtype):
     if "vnni-block" not in _core.row_kernel_paths():
         pytest.skip("this CPU does not run the vnni kernels")
     target = ggspec.load(tiny_model(arch, dtype), n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="vnni-block")
+    assert target.lm_head_row_kernel, "the block order disabled itself: its probe disagreed with its reference"
     rng = np.random.default_rng(8)
     prompt = rng.integers(3, target.n_vocab, size=150).tolist()
     check_every_window(target, prompt, rng.integers(3, target.n_vocab, size=17).tolist(), TAPS)
@@ -105,6 +106,7 @@ def test_real_model_block_order_rows_match_one_row_steps(request, model):
     if "vnni-block" not in _core.row_kernel_paths():
         pytest.skip("this CPU does not run the vnni kernels")
     target = ggspec.load(request.getfixturevalue(model), n_ctx=512, n_threads=2, row_kernels="vnni-block")
+    assert target.lm_head_row_kernel  # both LM heads are Q8_0
     rng = np.random.default_rng(5)
     prompt = rng.integers(100, 20000, size=24).tolist()
     check_every_window(target, prompt, rng.integers(100, 20000, size=17).tolist())
