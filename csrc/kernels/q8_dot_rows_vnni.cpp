@@ -216,18 +216,8 @@ public:
     }
     template <int TileW>
     void run(int64_t w0, int64_t slot, int64_t chunk0, int64_t chunk_end) {
-        if (in_place_) {
-            switch (job_.weight_type) {
-                case GGML_TYPE_Q8_0: return run_as<TileW, Stored<GGML_TYPE_Q8_0>>(w0, slot, chunk0);
-                case GGML_TYPE_Q4_0: return run_as<TileW, Stored<GGML_TYPE_Q4_0>>(w0, slot, chunk0);
-                case GGML_TYPE_Q5_0: return run_as<TileW, Stored<GGML_TYPE_Q5_0>>(w0, slot, chunk0);
-                case GGML_TYPE_Q4_1: return run_as<TileW, Stored<GGML_TYPE_Q4_1>>(w0, slot, chunk0);
-                default: return run_as<TileW, Stored<GGML_TYPE_Q5_1>>(w0, slot, chunk0);
-            }
-        }
-        if (q8_has_min(job_.weight_type)) return run_as<TileW, Decoded<false, false>>(w0, slot, chunk0);
-        if (q8_blocks_paired(job_.weight_type)) return run_as<TileW, Decoded<true, true>>(w0, slot, chunk0);
-        run_as<TileW, Decoded<true, false>>(w0, slot, chunk0);
+        with_weight_source(job_.weight_type, in_place_,
+                           [&](auto source) { run_as<TileW, decltype(source)>(w0, slot, chunk0); });
     }
 
     WeightStream stream;

@@ -123,6 +123,25 @@ struct Stored {
     static constexpr ggml_type type = T;
 };
 
+// f(source), source the way a kernel's tiles read weights of type t: as stored
+// where in_place (never IQ4_NL), else decoded.
+template <class F>
+inline void with_weight_source(ggml_type t, bool in_place, F && f) {
+    if (in_place) {
+        switch (t) {
+            case GGML_TYPE_Q8_0: return f(Stored<GGML_TYPE_Q8_0>{});
+            case GGML_TYPE_Q4_0: return f(Stored<GGML_TYPE_Q4_0>{});
+            case GGML_TYPE_Q5_0: return f(Stored<GGML_TYPE_Q5_0>{});
+            case GGML_TYPE_Q4_1: return f(Stored<GGML_TYPE_Q4_1>{});
+            case GGML_TYPE_Q5_1: return f(Stored<GGML_TYPE_Q5_1>{});
+            default: break;
+        }
+    }
+    if (q8_has_min(t)) return f(Decoded<false>{});
+    if (q8_blocks_paired(t)) return f(Decoded<true, true>{});
+    f(Decoded<true>{});
+}
+
 // Weight rows as a tile reads them: decoded, n_blocks apart, or as stored,
 // row_bytes apart. Block b of row w gives dpbusd's unsigned bytes, its scale d
 // and (Q4_1, Q5_1) its min m.
