@@ -152,6 +152,13 @@ __attribute__((always_inline)) GGSPEC_AVX2 inline __m256 lane_sums8(const __m256
     }
     return _mm256_hadd_ps(u[0], u[1]);
 }
+
+// The sum of 8 integer lanes (exact in any order).
+inline GGSPEC_AVX2 int32_t sum_int_lanes(__m256i lanes) {
+    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
+    const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
+}
 #endif
 
 // Keeps a value loaded once in its register: GCC would otherwise fold the load

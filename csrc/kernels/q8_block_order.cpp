@@ -12,12 +12,12 @@ float q8_block_order_dot(ggml_type weight_type, const uint8_t * weights, const u
     const ggml_to_float_t to_float = ggml_get_type_traits(weight_type)->to_float;
     std::vector<uint8_t> unit(weight_bytes);  // a block with d = 1 and m = 0: its integer values
     float values[kQ8Block];
+    const ggml_fp16_t one = ggml_fp32_to_fp16(1.0f), zero = ggml_fp32_to_fp16(0.0f);
     float acc = 0.0f, mins = 0.0f;
     for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t * w = weights + b * weight_bytes;
         const uint8_t * a = acts + b * act_bytes;
         std::memcpy(unit.data(), w, weight_bytes);
-        const ggml_fp16_t one = ggml_fp32_to_fp16(1.0f), zero = ggml_fp32_to_fp16(0.0f);
         std::memcpy(unit.data(), &one, 2);
         if (min) std::memcpy(unit.data() + 2, &zero, 2);
         to_float(unit.data(), values, kQ8Block);

@@ -146,12 +146,6 @@ GGSPEC_AVX2 inline __m256i integer_lanes(__m256i ax, __m256i x, __m256i y, bool 
     return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, signed_y), _mm256_set1_epi16(1));
 }
 
-GGSPEC_AVX2 int32_t sum_lanes(__m256i lanes) {
-    alignas(32) int32_t l[8];
-    _mm256_store_si256((__m256i *) l, lanes);
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
-
 // TW weight rows against TA activation rows (a.. within the chunk, row r of
 // the group at g + r), from the group's products and mins. Unsigned: Q4_1 and
 // Q5_1, whose values need no sign. Paired: IQ4_NL's two passes over its blocks
@@ -225,7 +219,7 @@ GGSPEC_AVX2 void tile(const DotRowsJob & job, const ActRows & acts, const Avx2Bl
                 const __m256i y = _mm256_loadu_si256((const __m256i *) (rows[r] + end * block_bytes));
                 const __m256i ax = _mm256_loadu_si256((const __m256i *) wb.ax);
                 const __m256i x = _mm256_loadu_si256((const __m256i *) wb.x);
-                const int32_t dot = sum_lanes(integer_lanes(ax, x, y, false));
+                const int32_t dot = sum_int_lanes(integer_lanes(ax, x, y, false));
                 sum = __builtin_fmaf(scale[(w * kGroup + r) * np + end], (float) dot, sum);
             }
             staged[r][w] = Unsigned ? sum + mins[w * kGroup + g + r] : sum;

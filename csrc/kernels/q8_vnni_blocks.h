@@ -173,13 +173,6 @@ private:
     const uint8_t * block(int w, int64_t b) const { return stored + w * row_bytes + b * block_bytes<F::type>(); }
 };
 
-// The sum of 8 integer lanes.
-inline GGSPEC_AVX512 int32_t sum_int_lanes(__m256i lanes) {
-    const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(lanes), _mm256_extracti128_si256(lanes, 1));
-    const __m128i t = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    return _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32(t, 1)));
-}
-
 }  // namespace q8_vnni
 }  // namespace ggspec
 
