@@ -1,14 +1,19 @@
 """What a k-row verify costs against a one-row step, on each multi-row kernel path.
 
-    python -m bench.verify_cost --model M.gguf [-t 2] [--context 300] [--repeats 5] [--paths vnni,avx2,off]
-                                [--rows 1 2 4 8 16 32 64]
+    python -m bench.verify_cost --model M.gguf [-t 2] [--context 300] [--repeats 5] [--samples 9]
+                                [--paths vnni,avx2,off] [--rows 1 2 4 8 16 32 64]
 
-Each path loads the model, decodes the same context, then times a one-row step and
-one k-row verify per k (LM head on every row, argmax in the graph, then a rewind).
-Rounds rotate the order of the paths so that drift favours none. Prints a Markdown
-table of medians: ms per verify and its cost in one-row steps (the speculation
-lever: a draft must land more tokens per verify than that ratio to pay), per path.
-The argmax ids of the paths with ggml's bits (all but vnni-block) are checked equal.
+Each path loads the model, decodes the same context, then times one-row steps
+and k-row verifies (LM head on every row, argmax in the graph, then a rewind),
+--samples of each, interleaved: one of every size, then the next round of them.
+That pairs each verify with one-row steps taken moments before and after it, so
+that the host's drift (±15% between runs here) falls on both sides of the
+ratio. A round loads each path once; rounds rotate the order of the paths so
+that drift favours none. Prints a Markdown table: ms per verify (median of every
+sample) and its cost in one-row steps (the median over rounds of each round's
+median k-row time over its median one-row time), the speculation lever: a draft
+must land more tokens per verify than that ratio to pay. The argmax ids of the
+paths with ggml's bits (all but vnni-block) are checked equal.
 """
 
 from __future__ import annotations
@@ -35,15 +40,19 @@ def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.nd
 
 
 def measure_path(args, path: str, context: np.ndarray,
-                 verifies: dict[int, np.ndarray]) -> dict[int, tuple[float, np.ndarray]]:
+                 verifies: dict[int, np.ndarray]) -> tuple[dict[int, list[float]], dict[int, np.ndarray]]:
     """One path at a time: two loaded targets would each keep a spinning threadpool."""
     target = ggspec.load(args.model, n_threads=args.threads, n_ctx=args.context + 128, row_kernels=path)
     target.spec_forward(context)
-    out = {}
+    times: dict[int, list[float]] = {k: [] for k in verifies}
+    ids = {}
     for k, tokens in verifies.items():
         time_verify(target, tokens)  # builds the k-row graph
-        out[k] = time_verify(target, tokens)
-    return out
+    for _ in range(args.samples):
+        for k, tokens in verifies.items():
+            elapsed, ids[k] = time_verify(target, tokens)
+            times[k].append(elapsed * 1e3)
+    return times, ids
 
 
 def main() -> None:
@@ -51,7 +60,8 @@ def main() -> None:
     p.add_argument("--model", required=True)
     p.add_argument("-t", "--threads", type=int, default=2)
     p.add_argument("--context", type=int, default=300, help="positions decoded before the verifies")
-    p.add_argument("--repeats", type=int, default=5, help="rounds, each path once per round")
+    p.add_argument("--repeats", type=int, default=5, help="rounds, each path loaded once per round")
+    p.add_argument("--samples", type=int, default=9, help="timings of each size per round, interleaved")
     p.add_argument("--paths", default=",".join([*_core.row_kernel_paths(), "off"]),
                    help="comma-separated row_kernels values (default: every path this CPU runs, and off)")
     p.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="verify sizes (1 is always timed)")
@@ -63,29 +73,29 @@ def main() -> None:
     rng = np.random.default_rng(0)
     context = rng.integers(0, n_vocab, args.context, dtype=np.int32)
     verifies = {k: rng.integers(0, n_vocab, k, dtype=np.int32) for k in rows}
-    times = {path: {k: [] for k in rows} for path in paths}
+    times = {path: {k: [] for k in rows} for path in paths}  # every sample, ms
+    ratios = {path: {k: [] for k in rows} for path in paths}  # each round's, in one-row steps
     ids: dict[str, dict[int, np.ndarray]] = {}
     for round_ in range(args.repeats):
         for path in paths[round_ % len(paths):] + paths[:round_ % len(paths)]:
-            results = measure_path(args, path, context, verifies)
+            samples, ids[path] = measure_path(args, path, context, verifies)
+            one = statistics.median(samples[1])
             for k in rows:
-                times[path][k].append(results[k][0] * 1e3)
-            ids[path] = {k: results[k][1] for k in rows}
+                times[path][k] += samples[k]
+                ratios[path][k].append(statistics.median(samples[k]) / one)
     ggml_bits = [path for path in paths if path != "vnni-block"]  # its block order has other bits
     for path in ggml_bits[1:]:
         for k in rows:
             if not np.array_equal(ids[path][k], ids[ggml_bits[0]][k]):
                 raise SystemExit(f"argmax differs between row_kernels {ggml_bits[0]} and {path} at {k} rows")
 
-    print(f"{args.model}, {args.threads} threads, median of {args.repeats}")
+    print(f"{args.model}, {args.threads} threads, {args.repeats} rounds of {args.samples} samples")
     print("| rows | " + " | ".join(f"{p} ms | {p} steps" for p in paths) + " |")
     print("|---|" + "---|---|" * len(paths))
     for k in rows:
-        cells = []
-        for path in paths:
-            ms, one = statistics.median(times[path][k]), statistics.median(times[path][1])
-            cells.append(f"{ms:.1f} | {ms / one:.2f}")
+        cells = [f"{statistics.median(times[p][k]):.1f} | {statistics.median(ratios[p][k]):.2f}" for p in paths]
         print(f"| {k} | " + " | ".join(cells) + " |")
+    print("steps: the median over rounds of each round's median k-row time / median one-row time")
 
 
 if __name__ == "__main__":

@@ -172,32 +172,73 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline int64_t lane_block(const Pac
     return at;
 }
 
-// NW weight rows (decoded, n_blocks apart) against the wide group g, rows in
-// lanes; the weight stream takes the steps from fetch0 on.
-template <int NW, bool Signed>
-GGSPEC_AVX512 void wide_tile(const WeightBlock * rows, const PackedActs & acts, int64_t n_blocks, int64_t g,
-                             const WeightStream & next, int64_t fetch0, float * staged) {
+// Whether a wide tile reads weights of type t where they are stored (a verify's
+// single wide group; see Kernel::prepare). The pass's loads were where the
+// weights' first reads stalled: read in place, SmolLM2's Q4_1 8-row verify took
+// 4.7% less. Q8_0 in place (a broadcast and an xor per 4 values) gained nothing
+// on SmolLM2 and cost Gemma 3's LM head 4.7%; the Q5 types keep the pass too.
+constexpr bool wide_in_place(ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1; }
+
+// Block b of weight row w against the wide group's rows in lanes: each lane's
+// integer dot, and the block's d and (Q4_1) m. Stored Q4_0 and Q4_1 blocks
+// keep their nibbles: a low nibble multiplies its activation as it is, a high
+// one as 16 times its value (the dword and 0xF0 bytes, no shift), summed apart
+// and shifted back, which is exact. Q4_0's values are the nibbles - 8, not + 128
+// as decoded, so its correction is -8, not -128, times the activations' sum:
+// init / 16, exact too.
+template <class F>
+__attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const TileRows & rows, int w, int64_t b,
+                                                                          const __m256i (&y)[8], __m256i init,
+                                                                          float & d, float & m) {
+    __m256i even = init, odd = _mm256_setzero_si256();  // two chains of dpbusd's latency
+    if constexpr (!F::in_place) {
+        const WeightBlock & block = rows.decoded[w * rows.n_blocks + b];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i += 2) {
+            even = _mm256_dpbusd_epi32(even, _mm256_set1_epi32(load_i32(block.u + 4 * i)), y[i]);
+            odd = _mm256_dpbusd_epi32(odd, _mm256_set1_epi32(load_i32(block.u + 4 * i + 4)), y[i + 1]);
+        }
+        d = block.d, m = block.m;
+        return _mm256_add_epi32(even, odd);
+    } else {
+        static_assert(wide_in_place(F::type), "the pass's types are decoded");
+        const uint8_t * block = rows.stored + w * rows.row_bytes + b * block_bytes<F::type>();
+        const uint8_t * qs = block + (F::Signed ? 2 : 4);
+        d = _cvtsh_ss(load_u16(block));
+        if constexpr (F::Signed) even = _mm256_srai_epi32(init, 4);
+        if constexpr (!F::Signed) m = _cvtsh_ss(load_u16(block + 2));
+        const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8((char) 0xF0);
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; ++i) {
+            const __m256i q = _mm256_set1_epi32(load_i32(qs + 4 * i));
+            even = _mm256_dpbusd_epi32(even, _mm256_and_si256(q, low), y[i]);
+            odd = _mm256_dpbusd_epi32(odd, _mm256_and_si256(q, high), y[i + 4]);
+        }
+        return _mm256_add_epi32(even, _mm256_srai_epi32(odd, 4));
+    }
+}
+
+// NW weight rows against the wide group g, rows in lanes; the weight stream
+// takes the steps from fetch0 on.
+template <int NW, class F>
+GGSPEC_AVX512 void wide_tile(const TileRows & rows, const PackedActs & acts, int64_t g, const WeightStream & next,
+                             int64_t fetch0, float * staged) {
+    constexpr bool Signed = F::Signed;
     __m256 acc[NW], mins[NW];
 #pragma GCC unroll 8
     for (int w = 0; w < NW; ++w) acc[w] = mins[w] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int64_t b = 0; b < rows.n_blocks; ++b) {
         next.fetch(fetch0 + b);
         __m256i y[8], init;
         __m256 scales;
         const int64_t at = lane_block<Signed>(acts, b, g, y, init, scales);
 #pragma GCC unroll 8
         for (int w = 0; w < NW; ++w) {
-            const WeightBlock & block = rows[w * n_blocks + b];
-            __m256i even = init, odd = _mm256_setzero_si256();  // two chains of dpbusd's latency
-#pragma GCC unroll 8
-            for (int i = 0; i < 8; i += 2) {
-                even = _mm256_dpbusd_epi32(even, _mm256_set1_epi32(load_i32(block.u + 4 * i)), y[i]);
-                odd = _mm256_dpbusd_epi32(odd, _mm256_set1_epi32(load_i32(block.u + 4 * i + 4)), y[i + 1]);
-            }
-            const __m256 q = _mm256_cvtepi32_ps(_mm256_add_epi32(even, odd));
-            acc[w] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(block.d), scales), q, acc[w]);
+            float d, m;
+            const __m256 q = _mm256_cvtepi32_ps(wide_block_dot<F>(rows, w, b, y, init, d, m));
+            acc[w] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), scales), q, acc[w]);
             if constexpr (!Signed) {
-                mins[w] = _mm256_fmadd_ps(_mm256_set1_ps(block.m), _mm256_loadu_ps(acts.lane_sums + at), mins[w]);
+                mins[w] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(acts.lane_sums + at), mins[w]);
             }
         }
     }
@@ -305,7 +346,8 @@ public:
         wide_ = n / kLanes + (rest >= kWideRows);
         paired_ = rest >= kPairedRows && rest < kWideRows;
         acts_ = pack_activations(job_, acts, wide_ + paired_, paired_, buffers_);
-        in_place_ = wide_ == 0 && job_.weight_type != GGML_TYPE_IQ4_NL;  // see Decoded
+        // see Decoded; a prefill chunk's wide groups share a pass
+        in_place_ = job_.weight_type != GGML_TYPE_IQ4_NL && (wide_ == 0 || (wide_ == 1 && wide_in_place(job_.weight_type)));
     }
     void decode(int64_t w, int64_t slot) {
         if (in_place_) return;
@@ -336,11 +378,13 @@ private:
         stream.spread(wide_ * (TileW / NW) + rest_loops);
         alignas(32) float staged[kLanes * kWeightTile];
         int64_t fetch0 = 0;
-        for (int64_t g = 0; g < wide_; ++g) {
-            for (int w = 0; w < TileW; w += NW, fetch0 += nb) {
-                wide_tile<NW, F::Signed>(rows.decoded + w * nb, acts_, nb, g, stream, fetch0, staged + w);
+        if constexpr (!F::in_place || wide_in_place(F::type)) {  // else the chunk has no wide group
+            for (int64_t g = 0; g < wide_; ++g) {
+                for (int w = 0; w < TileW; w += NW, fetch0 += nb) {
+                    wide_tile<NW, F>(rows.from(w), acts_, g, stream, fetch0, staged + w);
+                }
+                write(staged, chunk0 + g * kLanes, std::min<int64_t>(kLanes, n - g * kLanes), w0, TileW);
             }
-            write(staged, chunk0 + g * kLanes, std::min<int64_t>(kLanes, n - g * kLanes), w0, TileW);
         }
         if (paired) {
             if constexpr (TileW >= 2) {

@@ -109,8 +109,9 @@ inline DecodeRow decoder(ggml_type t) {
 // pass that stored it cost Gemma 3's 8-row LM head 15% more. Signed: values
 // offset by 128, which the activations' correction takes back out. Paired:
 // IQ4_NL's two passes over its blocks in vec_dot's order (see q8_blocks_paired).
-// (The block order's wide tiles always read a pass; its paired and narrow ones
-// read the stored blocks unless the chunk's wide groups made the pass.)
+// (The block order's paired and narrow tiles read the stored blocks unless the
+// chunk's wide groups made the pass; its wide tiles read a pass, but for a
+// verify's single group of Q4_0 or Q4_1, which they read in place.)
 template <bool SignedValues, bool PairedBlocks = false>
 struct Decoded {
     static constexpr bool Signed = SignedValues, Paired = PairedBlocks, in_place = false;
