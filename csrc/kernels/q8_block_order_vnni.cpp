@@ -189,7 +189,7 @@ constexpr bool wide_in_place(ggml_type t) { return t == GGML_TYPE_Q4_0 || t == G
 template <class F>
 __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const TileRows & rows, int w, int64_t b,
                                                                           const __m256i (&y)[8], __m256i init,
-                                                                          float & d, float & m) {
+                                                                          __m256 & d, __m256 & m) {
     __m256i even = init, odd = _mm256_setzero_si256();  // two chains of dpbusd's latency
     if constexpr (!F::in_place) {
         const WeightBlock & block = rows.decoded[w * rows.n_blocks + b];
@@ -198,15 +198,19 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const
             even = _mm256_dpbusd_epi32(even, _mm256_set1_epi32(load_i32(block.u + 4 * i)), y[i]);
             odd = _mm256_dpbusd_epi32(odd, _mm256_set1_epi32(load_i32(block.u + 4 * i + 4)), y[i + 1]);
         }
-        d = block.d, m = block.m;
+        d = _mm256_set1_ps(block.d), m = _mm256_set1_ps(block.m);
         return _mm256_add_epi32(even, odd);
     } else {
         static_assert(wide_in_place(F::type), "the pass's types are decoded");
         const uint8_t * block = rows.stored + w * rows.row_bytes + b * block_bytes<F::type>();
         const uint8_t * qs = block + (F::Signed ? 2 : 4);
-        d = _cvtsh_ss(load_u16(block));
-        if constexpr (F::Signed) even = _mm256_srai_epi32(init, 4);
-        if constexpr (!F::Signed) m = _cvtsh_ss(load_u16(block + 2));
+        if constexpr (F::Signed) {
+            d = _mm256_cvtph_ps(_mm_set1_epi16((short) load_u16(block)));
+            even = _mm256_srai_epi32(init, 4);
+        } else {  // d and m, both converted at once
+            const __m256 dm = _mm256_cvtph_ps(_mm_set1_epi32(load_i32(block)));
+            d = _mm256_moveldup_ps(dm), m = _mm256_movehdup_ps(dm);
+        }
         const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8((char) 0xF0);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
@@ -234,12 +238,10 @@ GGSPEC_AVX512 void wide_tile(const TileRows & rows, const PackedActs & acts, int
         const int64_t at = lane_block<Signed>(acts, b, g, y, init, scales);
 #pragma GCC unroll 8
         for (int w = 0; w < NW; ++w) {
-            float d, m;
+            __m256 d, m;
             const __m256 q = _mm256_cvtepi32_ps(wide_block_dot<F>(rows, w, b, y, init, d, m));
-            acc[w] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(d), scales), q, acc[w]);
-            if constexpr (!Signed) {
-                mins[w] = _mm256_fmadd_ps(_mm256_set1_ps(m), _mm256_loadu_ps(acts.lane_sums + at), mins[w]);
-            }
+            acc[w] = _mm256_fmadd_ps(_mm256_mul_ps(d, scales), q, acc[w]);
+            if constexpr (!Signed) mins[w] = _mm256_fmadd_ps(m, _mm256_loadu_ps(acts.lane_sums + at), mins[w]);
         }
     }
     alignas(32) float out[NW][kLanes];
