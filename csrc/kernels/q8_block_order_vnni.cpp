@@ -40,7 +40,8 @@ inline int32_t load_i32(const uint8_t * p) {
 // at b * groups + g, rows in lanes: lane_values[(at * 8 + i) * 8 + r] is dword
 // i (values 4i..4i+3) of the group's row r, lane_correction[at * 8 + r] the
 // block's whole correction, lane_scale and lane_sums likewise (padding rows 0);
-// a paired last group has its rows in lanes 0-3 and again in 4-7.
+// a paired last group has its rows in lanes 0-3 and again in 4-7. Only the
+// rows after the wide groups are packed narrow: no tile reads the others so.
 struct PackedActs {
     int64_t n = 0, groups = 0;
     const int8_t * y = nullptr;
@@ -78,19 +79,22 @@ GGSPEC_AVX512 PackedActs pack_activations(const DotRowsJob & job, const ActRows 
     buf.lane_scale.assign((size_t) (groups * nb * kLanes), 0.0f);
     buf.lane_sums.assign((size_t) (groups * nb * kLanes), 0.0f);
     const __m256i zero = _mm256_setzero_si256();
+    const int64_t narrow_from = (groups - paired) * kLanes;
     for (int64_t a = 0; a < n; ++a) {
         const uint8_t * row = acts.row(acts.first + a);
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t * block = row + b * block_bytes;
             const int64_t at = b * n + a;
             const __m256i values = _mm256_loadu_si256((const __m256i *) (block + qs_offset));
-            _mm256_storeu_si256((__m256i *) (buf.y.data() + at * kQ8Block), values);
             const __m256i correction =
                 q8_1 ? zero : _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, _mm256_set1_epi8((char) 0x80), values));
-            _mm256_storeu_si256((__m256i *) (buf.correction.data() + at * 8), correction);
             const float scale = _cvtsh_ss(load_u16(block)), sum = q8_1 ? _cvtsh_ss(load_u16(block + 2)) : 0.0f;
-            buf.scale[(size_t) at] = scale;
-            buf.sums[(size_t) at] = sum;
+            if (a >= narrow_from) {
+                _mm256_storeu_si256((__m256i *) (buf.y.data() + at * kQ8Block), values);
+                _mm256_storeu_si256((__m256i *) (buf.correction.data() + at * 8), correction);
+                buf.scale[(size_t) at] = scale;
+                buf.sums[(size_t) at] = sum;
+            }
             if (a / kLanes >= groups) continue;
             const int64_t lane_at = (b * groups + a / kLanes) * kLanes;
             const bool repeat = paired && a / kLanes == groups - 1;
