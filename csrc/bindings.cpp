@@ -306,7 +306,7 @@ PYBIND11_MODULE(_core, m) {
                          const std::string & kv_type, int64_t prefill_chunk, int64_t max_verify_rows,
                          double graph_budget_mb, const std::string & row_kernels, const std::string & recurrent_rollback,
                          double recurrent_snapshot_mb, const std::vector<std::string> & rpc,
-                         const std::vector<float> & tensor_split, double rpc_timeout_s) {
+                         const std::vector<float> & tensor_split, double rpc_timeout_s, bool mmap) {
                  TargetOptions o;
                  o.n_ctx = n_ctx;
                  o.n_threads = n_threads;
@@ -322,6 +322,7 @@ PYBIND11_MODULE(_core, m) {
                  o.rpc = rpc;
                  o.tensor_split = tensor_split;
                  o.rpc_timeout_s = rpc_timeout_s;
+                 o.mmap = mmap;
                  py::gil_scoped_release release;
                  return std::make_unique<Target>(path, o);
              }),
@@ -330,7 +331,7 @@ PYBIND11_MODULE(_core, m) {
              py::arg("graph_budget_mb") = 0.0, py::arg("row_kernels") = "auto",
              py::arg("recurrent_rollback") = "snapshots", py::arg("recurrent_snapshot_mb") = 512.0,
              py::arg("rpc") = std::vector<std::string>{}, py::arg("tensor_split") = std::vector<float>{},
-             py::arg("rpc_timeout_s") = 0.0)
+             py::arg("rpc_timeout_s") = 0.0, py::arg("mmap") = true)
         .def("forward", &target_forward, py::arg("tokens"), py::arg("all_rows") = false,
              py::arg("taps") = std::vector<int>{}, py::arg("top_k") = 0, py::arg("seq") = 0,
              "Returns (logits_or_topk_values, topk_ids_or_None, hidden_or_None).")

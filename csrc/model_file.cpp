@@ -106,6 +106,7 @@ ModelFile::~ModelFile() {
     if (buffer_) ggml_backend_buffer_free(buffer_);
     for (ggml_backend_buffer_t b : remote_buffers_) ggml_backend_buffer_free(b);
     if (map_) ::munmap(map_, file_size_);
+    if (copy_) ::munmap(copy_, copy_bytes_);
     if (meta_) ggml_free(meta_);
     if (gguf_) gguf_free(gguf_);
 }
@@ -271,7 +272,33 @@ ggml_tensor * ModelFile::tensor(const std::string & name, std::vector<int64_t> n
     return t;
 }
 
-void ModelFile::bind(ggml_backend_dev_t dev, const RemoteBuft & remote) {
+namespace {
+
+// The file's bytes in private memory, from a huge page's boundary so that the
+// kernel can back them with huge pages (MADV_HUGEPAGE: transparent huge pages
+// set to "always" or "madvise"). Returns the mapping; `data` is where the file starts.
+void * copy_to_private_memory(const void * file, size_t size, const std::string & path, size_t & mapped,
+                              uint8_t *& data) {
+    constexpr size_t kHugePage = size_t(2) << 20;
+    const size_t bytes = (size + kHugePage - 1) / kHugePage * kHugePage;
+    mapped = bytes + kHugePage;
+    void * m = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) {
+        throw AllocationError("cannot allocate " + std::to_string(bytes >> 20) + " MiB for a copy of the weights of '" +
+                              path + "' (mmap=False): " + std::strerror(errno));
+    }
+    data = (uint8_t *) (((uintptr_t) m + kHugePage - 1) & ~(uintptr_t) (kHugePage - 1));
+#ifdef MADV_HUGEPAGE
+    ::madvise(data, bytes, MADV_HUGEPAGE);  // advice: without it the copy still works, on small pages
+#endif
+    std::memcpy(data, file, size);
+    ::madvise(const_cast<void *>(file), size, MADV_DONTNEED);  // the map's pages: the process no longer holds them
+    return m;
+}
+
+}  // namespace
+
+void ModelFile::bind(ggml_backend_dev_t dev, const RemoteBuft & remote, HostWeights host_weights) {
     const size_t data_offset = gguf_get_data_offset(gguf_);
     auto * base = (uint8_t *) map_;
     auto file_data = [&](const ggml_tensor * t) {
@@ -311,8 +338,9 @@ void ModelFile::bind(ggml_backend_dev_t dev, const RemoteBuft & remote) {
     }
     const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
     if (host) {
-        // Weights stay in the page cache: the mmap is the buffer. A plain CPU
-        // buffer, never CPU_REPACK, whose kernels are not batch-invariant.
+        // The mmap, or its copy, is the buffer (file_data reads base). A plain
+        // CPU buffer, never CPU_REPACK, whose kernels are not batch-invariant.
+        if (host_weights == HostWeights::copied) copy_ = copy_to_private_memory(map_, file_size_, path_, copy_bytes_, base);
         buffer_ = ggml_backend_cpu_buffer_from_ptr(base, file_size_);
         ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {

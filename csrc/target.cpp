@@ -94,9 +94,10 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         ggml_backend_cpu_set_threadpool(backend_.get(), threadpool_.get());
         row_kernels_ = row_kernels;  // other backends run ggml's own kernels
     }
+    const HostWeights host_weights = opt.mmap ? HostWeights::mapped : HostWeights::copied;
     if (opt.rpc.empty()) {
         placement_ = std::make_unique<Placement>(dev_, backend_.get(), hp_.n_layer);
-        file_->bind(dev_);
+        file_->bind(dev_, {}, host_weights);
     } else {
         if (!ggml_backend_is_cpu(backend_.get())) {
             throw std::invalid_argument("a target split over RPC workers runs its local layers on the CPU "
@@ -107,7 +108,8 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         // The local layers and the LM head keep ggspec's kernels; the workers'
         // layers run ggml's own ops, or a ggspec worker's kernels for their
         // weight products (ForwardGraph::products_for).
-        file_->bind(dev_, [this](const std::string & name) { return placement_->remote_buft_of(name); });
+        file_->bind(dev_, [this](const std::string & name) { return placement_->remote_buft_of(name); },
+                    host_weights);
     }
     if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
     max_verify_rows_ = opt.max_verify_rows;

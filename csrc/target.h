@@ -38,6 +38,9 @@ struct TargetOptions {
     size_t graph_budget_bytes = 0;  // 0: scaled to the weights (auto_graph_budget)
     // ggspec's multi-row CPU kernels where they give ggml's bits: "auto", "vnni", "avx2" or "off"
     std::string row_kernels = "auto";
+    // On the CPU, weights read through the file's memory map, or copied into
+    // huge pages (HostWeights::copied in model_file.h).
+    bool mmap = true;
     // How a recurrent trunk rolls back a partly accepted verify:
     //   "snapshots":      the verify keeps the state after every row; the kept
     //                     row's is copied into the live state on the device;

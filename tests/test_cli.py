@@ -52,6 +52,8 @@ def test_json_output(tiny):
 
 def test_streamed_text_equals_the_json_text_and_stats_go_to_stderr(tiny, tmp_path):
     as_json = json.loads(ggspec("generate", "-m", tiny, "-p", "a b c", *GREEDY, "--json").stdout)
+    copied = json.loads(ggspec("generate", "-m", tiny, "-p", "a b c", *GREEDY, "--json", "--no-mmap").stdout)
+    assert copied["tokens"] == as_json["tokens"]
     streamed = ggspec("generate", "-m", tiny, "-p", "a b c", *GREEDY)
     assert streamed.returncode == 0
     assert streamed.stdout == as_json["text"] + "\n"

@@ -112,8 +112,9 @@ def test_auto_picks_a_draft_model_attached_once_per_file_and_threads(tiny_model)
 # --- the speculator's own rules ------------------------------------------------------
 
 def test_drafts_follow_the_draft_models_argmax_and_stop_at_the_gate(tiny_model):
-    target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2)
+    target = ggspec.load(tiny_model("llama", "q8_0"), n_ctx=128, n_threads=2, mmap=False)
     sequence = target.attach_draft_model(tiny_model("llama", "f32"))
+    assert target._draft_model.target.mmap is False  # copied like the target's
     reference = ggspec.load(tiny_model("llama", "f32"), n_ctx=128, n_threads=2)
     history = list(PROMPT)
     spec = DraftModelSpeculator(sequence, target.n_vocab, max_draft_tokens=6, min_draft_prob=0.0)

@@ -118,6 +118,31 @@ def test_top_k_and_argmax_agree_with_full_logits(tiny_model):
         assert_bits_equal(r.logits, np.take_along_axis(full, order, axis=1), f"top-{k} values")
 
 
+@pytest.mark.parametrize("dtype", ["f16", "q4_1", "q4_k"])
+def test_copied_weights_give_the_mapped_weights_bits(tiny_model, dtype):
+    path = tiny_model("llama", dtype)
+    tokens = np.random.default_rng(6).integers(3, 200, size=70).tolist()
+    mapped = ggspec.load(path, n_ctx=128).spec_forward(tokens, all_logits=True).logits
+    copied = ggspec.load(path, n_ctx=128, mmap=False)
+    assert_bits_equal(copied.spec_forward(tokens, all_logits=True).logits, mapped, "a prefill on copied weights")
+    copied.reset()
+    steps = np.concatenate([copied.spec_forward([t]).logits for t in tokens[:8]])
+    assert_bits_equal(steps, mapped[:8], "one-row steps on copied weights")
+
+
+def test_mmap_takes_a_bool(tiny_model):
+    with pytest.raises(TypeError, match="mmap must be True or False"):
+        ggspec.load(tiny_model("llama", "q8_0"), n_ctx=64, mmap="no")
+
+
+@pytest.mark.slow
+def test_the_default_models_copied_weights_give_its_mapped_bits(gemma3_path):
+    tokens = np.random.default_rng(7).integers(100, 20000, size=24).tolist()
+    mapped = ggspec.load(gemma3_path, n_ctx=64).spec_forward(tokens, all_logits=True).logits
+    copied = ggspec.load(gemma3_path, n_ctx=64, mmap=False).spec_forward(tokens, all_logits=True).logits
+    assert_bits_equal(copied, mapped, "Gemma 3's logits on copied weights")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model", ["smollm2_path", "gemma3_path"])
 def test_real_model_verify_rows_match_one_row_steps(request, model):

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop when the text produces TEXT, which is not printed (repeatable)")
     g.add_argument("--json", action="store_true",
                    help="print one JSON object (text, tokens, prompt_tokens, stats) instead of streaming")
-    _add_split_arguments(g)
+    _add_placement_arguments(g)
     add_spec_arguments(g)
     _add_serve_parser(commands)
     _add_rpc_server_parser(commands)
@@ -102,11 +102,13 @@ def _add_serve_parser(commands) -> None:
     s.add_argument("--api-key", metavar="KEY",
                    help="require 'Authorization: Bearer KEY' (or 'X-Api-Key: KEY') on every endpoint but /health "
                         "and the chat page's files")
-    _add_split_arguments(s)
+    _add_placement_arguments(s)
     add_spec_arguments(s)
 
 
-def _add_split_arguments(p) -> None:
+def _add_placement_arguments(p) -> None:
+    p.add_argument("--no-mmap", action="store_true",
+                   help="copy the weights into memory (huge pages on Linux: faster steps) instead of mapping the file")
     p.add_argument("--rpc", metavar="HOST:PORT[,...]",
                    help="split the model's layers over these ggml RPC workers (`ggspec rpc-server`), in order, "
                         "the rest on this host; drafters stay here")
@@ -116,18 +118,19 @@ def _add_split_arguments(p) -> None:
                    help="end with an error when a worker does not answer for this long (default 0: wait)")
 
 
-def _split_options(args) -> dict:
+def _placement_options(args) -> dict:
+    memory = {"mmap": False} if args.no_mmap else {}
     if args.rpc is None:
         if args.tensor_split is not None:
             raise ValueError("--tensor-split needs --rpc")
-        return {}
+        return memory
     try:
         shares = None if args.tensor_split is None else [float(x) for x in args.tensor_split.split(",")]
     except ValueError:
         raise ValueError(f"--tensor-split must be numbers separated by commas, got {args.tensor_split!r}") from None
     if not 0 <= args.rpc_timeout < float("inf"):
         raise ValueError(f"--rpc-timeout must be a number of seconds >= 0, got {args.rpc_timeout}")
-    return {"rpc": args.rpc, "tensor_split": shares, "rpc_timeout_s": args.rpc_timeout, "device": "cpu"}
+    return {**memory, "rpc": args.rpc, "tensor_split": shares, "rpc_timeout_s": args.rpc_timeout, "device": "cpu"}
 
 
 def _add_rpc_server_parser(commands) -> None:
@@ -179,7 +182,7 @@ def _generate(args) -> None:
     prompt = _read_prompt(args)
     # one request: nothing later could reuse its prefix
     model = Model(args.model, n_ctx=args.ctx, n_threads=args.threads, prefix_cache_mb=None,
-                  **target_options_from(), **_split_options(args))
+                  **target_options_from(), **_placement_options(args))
     run = stream(model, prompt, max_tokens=args.n_predict, temperature=args.temp, top_k=args.top_k,
                  top_p=args.top_p, min_p=args.min_p, seed=args.seed, chat=args.chat,
                  enable_thinking=None if args.enable_thinking is None else args.enable_thinking == "on",
@@ -205,7 +208,7 @@ def _serve(args) -> None:
         raise ValueError("--api-key must not be empty")
     config = ServerConfig(model_path=args.model, alias=args.alias, slots=args.slots, n_ctx=args.ctx,
                           n_threads=args.threads, spec=spec, max_queue=args.max_queue, api_key=args.api_key,
-                          target_options={**target_options_from(), **_split_options(args)})
+                          target_options={**target_options_from(), **_placement_options(args)})
     serve(config, host=args.host, port=args.port)
 
 
