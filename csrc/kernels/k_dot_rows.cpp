@@ -385,11 +385,13 @@ GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, 
             for (int w = 0; w < TW; ++w) {
                 wl[w] = _mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c));
                 wh[w] = _mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c + 16));
+                in_register(wl[w]), in_register(wh[w]);  // once for the TA rows (see tile_vnni)
             }
             for (int r = 0; r < TA; ++r) {
                 const int16_t * y = acts[(a + r) * nb + b].y + 32 * c;
-                const __m256i yl = _mm256_load_si256((const __m256i *) y);
-                const __m256i yh = _mm256_load_si256((const __m256i *) (y + 16));
+                __m256i yl = _mm256_load_si256((const __m256i *) y);
+                __m256i yh = _mm256_load_si256((const __m256i *) (y + 16));
+                in_register(yl), in_register(yh);  // once for the TW rows
                 for (int w = 0; w < TW; ++w) {
                     lo[w][r] = _mm256_add_epi32(lo[w][r], _mm256_madd_epi16(wl[w], yl));
                     hi[w][r] = _mm256_add_epi32(hi[w][r], _mm256_madd_epi16(wh[w], yh));
@@ -423,11 +425,15 @@ GGSPEC_AVX2 void tile_avx2_bytes(const DotRowsJob & job, const WeightBlock * wei
             for (int r = 0; r < TA; ++r) lanes[w][r] = _mm256_setzero_si256();
         for (int c = 0; c < kChunks; ++c) {
             __m256i y[TA];
-            for (int r = 0; r < TA; ++r) y[r] = _mm256_load_si256((const __m256i *) (acts[(a + r) * nb + b].y8 + 32 * c));
+            for (int r = 0; r < TA; ++r) {
+                y[r] = _mm256_load_si256((const __m256i *) (acts[(a + r) * nb + b].y8 + 32 * c));
+                in_register(y[r]);  // once for the TW rows
+            }
             for (int w = 0; w < TW; ++w) {
                 const WeightBlock & wb = weights[w * nb + b];
-                const __m256i q = _mm256_load_si256((const __m256i *) (wb.bytes.q + 32 * c));
-                const __m256i scales = _mm256_load_si256((const __m256i *) wb.bytes.scales[c]);
+                __m256i q = _mm256_load_si256((const __m256i *) (wb.bytes.q + 32 * c));
+                __m256i scales = _mm256_load_si256((const __m256i *) wb.bytes.scales[c]);
+                in_register(q), in_register(scales);  // once for the TA rows
                 for (int r = 0; r < TA; ++r) {
                     lanes[w][r] = _mm256_add_epi32(lanes[w][r],
                                                    _mm256_madd_epi16(_mm256_maddubs_epi16(q, y[r]), scales));
