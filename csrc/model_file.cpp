@@ -274,11 +274,12 @@ ggml_tensor * ModelFile::tensor(const std::string & name, std::vector<int64_t> n
 
 namespace {
 
-// The file's bytes in private memory, from a huge page's boundary so that the
-// kernel can back them with huge pages (MADV_HUGEPAGE: transparent huge pages
-// set to "always" or "madvise"). Returns the mapping; `data` is where the file starts.
-void * copy_to_private_memory(const void * file, size_t size, const std::string & path, size_t & mapped,
-                              uint8_t *& data) {
+// Private memory for a copy of the file, from a huge page's boundary so that
+// the kernel can back it with huge pages (MADV_HUGEPAGE: transparent huge pages
+// set to "always" or "madvise"). Pages are committed as they are written: a
+// split target copies only its local tensors. Returns the mapping; `data` is
+// where the file's copy starts.
+void * reserve_private_memory(size_t size, const std::string & path, size_t & mapped, uint8_t *& data) {
     constexpr size_t kHugePage = size_t(2) << 20;
     const size_t bytes = (size + kHugePage - 1) / kHugePage * kHugePage;
     mapped = bytes + kHugePage;
@@ -291,8 +292,6 @@ void * copy_to_private_memory(const void * file, size_t size, const std::string 
 #ifdef MADV_HUGEPAGE
     ::madvise(data, bytes, MADV_HUGEPAGE);  // advice: without it the copy still works, on small pages
 #endif
-    std::memcpy(data, file, size);
-    ::madvise(const_cast<void *>(file), size, MADV_DONTNEED);  // the map's pages: the process no longer holds them
     return m;
 }
 
@@ -300,10 +299,11 @@ void * copy_to_private_memory(const void * file, size_t size, const std::string 
 
 void ModelFile::bind(ggml_backend_dev_t dev, const RemoteBuft & remote, HostWeights host_weights) {
     const size_t data_offset = gguf_get_data_offset(gguf_);
-    auto * base = (uint8_t *) map_;
-    auto file_data = [&](const ggml_tensor * t) {
-        return base + data_offset + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, ggml_get_name(t)));
+    auto * const map = (uint8_t *) map_;
+    auto offset = [&](const ggml_tensor * t) {
+        return data_offset + gguf_get_tensor_offset(gguf_, gguf_find_tensor(gguf_, ggml_get_name(t)));
     };
+    auto file_data = [&](const ggml_tensor * t) { return map + offset(t); };
     std::vector<std::pair<ggml_backend_buffer_type_t, std::vector<ggml_tensor *>>> placed;
     if (remote) {
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
@@ -338,14 +338,20 @@ void ModelFile::bind(ggml_backend_dev_t dev, const RemoteBuft & remote, HostWeig
     }
     const bool host = ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU;
     if (host) {
-        // The mmap, or its copy, is the buffer (file_data reads base). A plain
-        // CPU buffer, never CPU_REPACK, whose kernels are not batch-invariant.
-        if (host_weights == HostWeights::copied) copy_ = copy_to_private_memory(map_, file_size_, path_, copy_bytes_, base);
+        // The mmap, or a copy of the local tensors at the file's offsets, is the
+        // buffer. A plain CPU buffer, never CPU_REPACK, whose kernels are not
+        // batch-invariant.
+        const bool copied = host_weights == HostWeights::copied;
+        uint8_t * base = map;
+        if (copied) copy_ = reserve_private_memory(file_size_, path_, copy_bytes_, base);
         buffer_ = ggml_backend_cpu_buffer_from_ptr(base, file_size_);
         ggml_backend_buffer_set_usage(buffer_, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
         for (ggml_tensor * t = ggml_get_first_tensor(meta_); t; t = ggml_get_next_tensor(meta_, t)) {
-            if (!t->buffer) ggml_backend_tensor_alloc(buffer_, t, file_data(t));
+            if (t->buffer) continue;  // a worker's
+            if (copied) std::memcpy(base + offset(t), file_data(t), ggml_nbytes(t));
+            ggml_backend_tensor_alloc(buffer_, t, base + offset(t));
         }
+        if (copied) ::madvise(map_, file_size_, MADV_DONTNEED);  // the map's pages: the process no longer holds them
         return;
     }
     if (!placed.empty()) throw std::invalid_argument("a split over RPC workers keeps its local layers on the CPU");

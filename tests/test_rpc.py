@@ -50,12 +50,14 @@ def steps(target, tokens=PROMPT):
     return out
 
 
-@pytest.mark.parametrize("arch, shares", [("llama", None), ("gemma3", [2, 2, 2]), ("qwen35", [3, 2, 3])])
-def test_a_split_forward_has_the_local_bits(tiny_model, workers, arch, shares):
+@pytest.mark.parametrize("arch, shares, mmap", [("llama", None, True), ("gemma3", [2, 2, 2], False),
+                                               ("qwen35", [3, 2, 3], True)])
+def test_a_split_forward_has_the_local_bits(tiny_model, workers, arch, shares, mmap):
+    """mmap=False: the local layers copied into private memory, the workers' not."""
     path = tiny_model(arch, "q8_0", n_layer=6 if arch != "qwen35" else 8)
     alone = load(path, n_ctx=128, n_threads=2)
     local, local_kernels = steps(alone), alone.row_kernels
-    split = load(path, n_ctx=128, n_threads=2, rpc=[w.endpoint for w in workers], tensor_split=shares)
+    split = load(path, n_ctx=128, n_threads=2, rpc=[w.endpoint for w in workers], tensor_split=shares, mmap=mmap)
     used = [w.endpoint for w, share in zip(workers, shares or [1, 1]) if share]
     assert all(e in split.placement for e in used), split.placement
     assert split.row_kernels == local_kernels  # the local layers' and the LM head's path
