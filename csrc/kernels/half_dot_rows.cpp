@@ -193,7 +193,7 @@ private:
             return (const uint16_t *) ((const uint8_t *) job_.weights + w * job_.row_bytes);
         };
         const int64_t used = n_ * 2, distance = std::max<int64_t>(1, kFetchAhead / used);
-        const auto ahead = [&](int64_t w) {
+        const auto ahead = [&](int64_t w) __attribute__((always_inline)) {
             if (!fetch || w + distance >= w_end_) return;
             const uint8_t * first = (const uint8_t *) row(w + distance);
             for (const uint8_t * line = first; line < first + used; line += 64) __builtin_prefetch(line);
