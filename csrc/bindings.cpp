@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "errors.h"
+#include "kernels/geglu.h"
 #include "kernels/masked_soft_max.h"
 #include "kernels/row_argmax.h"
 #include "kernels/row_matmul.h"
@@ -447,5 +448,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("row_argmax_usable", &row_argmax_usable,
           "Whether the greedy pick runs on ggspec's op (rows split between threads, vectorized) on the kernel paths: "
           "this CPU runs it and its probe found ggml_argmax's indices.");
+    m.def("geglu_usable", &geglu_usable,
+          "Whether GeGLU FFNs (Gemma) take ggspec's op (values split between threads, eight tabled GELUs looked up "
+          "at once) on the kernel paths: this CPU runs it and its probe found ggml's bits.");
     bind_rpc(m);
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/batched_attention.h"
+#include "kernels/geglu.h"
 #include "kernels/masked_soft_max.h"
 #include "kernels/set_columns.h"
 
@@ -150,7 +151,8 @@ ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * 
     }
     ggml_tensor * gate = g.matmul(l.ffn_gate, x);
     ggml_tensor * up = g.matmul(l.ffn_up, x);
-    ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(g.ctx, gate, up) : ggml_geglu_split(g.ctx, gate, up);
+    ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(g.ctx, gate, up)
+                                                 : geglu(g.ctx, gate, up, g.kernels_for(l.ffn_gate));
     return g.matmul(l.ffn_down, h);
 }
 
