@@ -70,6 +70,25 @@ struct ActBuffers {
     Buffer<float> & lane_sums = thread_buffer<float, 3>();
 };
 
+// Dword i of 8 rows' blocks, row r in lane r, for each i: an 8 x 8 transpose.
+GGSPEC_AVX512 inline void transpose8(__m256i (&v)[8]) {
+    __m256i t[8], u[8];
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_epi32(v[k], v[k + 1]);
+        t[k + 1] = _mm256_unpackhi_epi32(v[k], v[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {  // rows k..k+3: dwords (0, 4), (1, 5), (2, 6), (3, 7) by lane half
+        u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+        u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+        u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+        u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+    }
+    for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+        v[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+    }
+}
+
 GGSPEC_AVX512 PackedActs pack_activations(const DotRowsJob & job, const ActRows & acts, int64_t groups,
                                           bool paired, ActBuffers & buf) {
     const int64_t n = acts.end - acts.first, nb = job.n_blocks;
@@ -85,7 +104,35 @@ GGSPEC_AVX512 PackedActs pack_activations(const DotRowsJob & job, const ActRows 
     buf.lane_sums.assign((size_t) (groups * nb * kLanes), 0.0f);
     const __m256i zero = _mm256_setzero_si256();
     const int64_t narrow_from = (groups - paired) * kLanes;
-    for (int64_t a = 0; a < n; ++a) {
+    // Whole groups of 8 rows, a block at a time: its 8 rows' values transposed
+    // into the lanes, and each row's correction from the transposed dwords
+    // (lane r: 128 times the sum of row r's values, exact in any order). Row
+    // by row, 8 scalar stores a block: 64-row prefill chunks on SmolLM2 ran 2%
+    // slower, 8-row verifies 0.3-0.9%.
+    const int64_t whole = std::min(groups - paired, n / kLanes);
+    for (int64_t g = 0; g < whole; ++g) {
+        for (int64_t b = 0; b < nb; ++b) {
+            const int64_t lane_at = (b * groups + g) * kLanes;
+            __m256i v[8];
+            alignas(32) float scales[kLanes], sums[kLanes];
+            for (int r = 0; r < kLanes; ++r) {
+                const uint8_t * block = acts.row(acts.first + g * kLanes + r) + b * block_bytes;
+                v[r] = _mm256_loadu_si256((const __m256i *) (block + qs_offset));
+                scales[r] = _cvtsh_ss(load_u16(block));
+                sums[r] = q8_1 ? _cvtsh_ss(load_u16(block + 2)) : 0.0f;
+            }
+            transpose8(v);
+            __m256i total = zero;
+            for (int i = 0; i < 8; ++i) {
+                _mm256_storeu_si256((__m256i *) (buf.lane_values.data() + (lane_at + i) * 8), v[i]);
+                total = _mm256_dpbusd_epi32(total, _mm256_set1_epi8((char) 0x80), v[i]);
+            }
+            if (!q8_1) _mm256_storeu_si256((__m256i *) (buf.lane_correction.data() + lane_at), _mm256_sub_epi32(zero, total));
+            _mm256_storeu_ps(buf.lane_scale.data() + lane_at, _mm256_load_ps(scales));
+            _mm256_storeu_ps(buf.lane_sums.data() + lane_at, _mm256_load_ps(sums));
+        }
+    }
+    for (int64_t a = whole * kLanes; a < n; ++a) {
         const uint8_t * row = acts.row(acts.first + a);
         for (int64_t b = 0; b < nb; ++b) {
             const uint8_t * block = row + b * block_bytes;
