@@ -8,9 +8,9 @@ on ggml's own vec_dot with the weights fetched ahead (kernels/one_row_dot.h).
 bit for bit on logits and hidden taps, in prefill chunks and in verifies of
 every size, on each path.
 
-"vnni-block" runs the 32-value block types in ggspec's block order
-(kernels/q8_dot_rows.h), one row included, and every other type as "vnni"
-does: its block-order products must equal their scalar reference (the probe),
+"vnni-block" runs the 32-value block types and Q4_K/Q5_K/Q6_K in ggspec's block
+orders (kernels/q8_dot_rows.h, kernels/k_block_order.h), one row included, and
+every other type as "vnni" does: its block-order products must equal their scalar reference (the probe),
 sit within float noise of ggml's, and give a verify's and a prefill chunk's
 rows a one-row step's bits.
 """
@@ -25,7 +25,7 @@ from tests.test_exactness import assert_bits_equal, check_every_window
 VERIFY_ROWS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 33, 64, 65)
 TAPS = (0, "final")
 PATHS = ("vnni", "avx2")  # vnni-block runs vnni's kernels for every type but BLOCK_ORDER
-BLOCK_ORDER = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "iq4_nl")  # the types vnni-block takes in its own order
+BLOCK_ORDER = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "iq4_nl", "q4_k", "q5_k", "q6_k")  # the types vnni-block takes in its own order
 TYPES = ("q8_0", "q5_0", "q4_0", "q4_1", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq2_xxs", "iq2_xs", "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "f16", "bf16")
 
 

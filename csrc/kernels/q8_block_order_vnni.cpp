@@ -70,25 +70,6 @@ struct ActBuffers {
     Buffer<float> & lane_sums = thread_buffer<float, 3>();
 };
 
-// Dword i of 8 rows' blocks, row r in lane r, for each i: an 8 x 8 transpose.
-GGSPEC_AVX512 inline void transpose8(__m256i (&v)[8]) {
-    __m256i t[8], u[8];
-    for (int k = 0; k < 8; k += 2) {
-        t[k] = _mm256_unpacklo_epi32(v[k], v[k + 1]);
-        t[k + 1] = _mm256_unpackhi_epi32(v[k], v[k + 1]);
-    }
-    for (int k = 0; k < 8; k += 4) {  // rows k..k+3: dwords (0, 4), (1, 5), (2, 6), (3, 7) by lane half
-        u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
-        u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
-        u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
-        u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
-    }
-    for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
-        v[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
-    }
-}
-
 GGSPEC_AVX512 PackedActs pack_activations(const DotRowsJob & job, const ActRows & acts, int64_t groups,
                                           bool paired, ActBuffers & buf) {
     const int64_t n = acts.end - acts.first, nb = job.n_blocks;
@@ -187,16 +168,6 @@ GGSPEC_AVX512 void lane_scales(const TileRows & rows, const int32_t * lane, int6
         d = _mm256_load_ps(ds);
         if constexpr (!F::Signed) m = _mm256_load_ps(ms);
     }
-}
-
-// Lane i: the sum of v[i]'s 8 lanes (integers: any order is exact).
-GGSPEC_AVX512 inline __m256i int_sums8(const __m256i * v) {
-    __m256i t[4];  // [v_i's halves summed | v_i+4's]
-    for (int i = 0; i < 4; ++i) {
-        t[i] = _mm256_add_epi32(_mm256_permute2x128_si256(v[i], v[i + 4], 0x20),
-                                _mm256_permute2x128_si256(v[i], v[i + 4], 0x31));
-    }
-    return _mm256_hadd_epi32(_mm256_hadd_epi32(t[0], t[1]), _mm256_hadd_epi32(t[2], t[3]));
 }
 
 // Where dpbusd starts a block's lanes of activation row a (at = b * n + a):

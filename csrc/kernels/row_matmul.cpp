@@ -13,6 +13,7 @@
 
 #include "ggml-cpu.h"
 #include "kernels/half_dot_rows.h"
+#include "kernels/k_block_order.h"
 #include "kernels/k_dot_rows.h"
 #include "kernels/mask_span.h"
 #include "kernels/one_row_dot.h"
@@ -34,10 +35,10 @@ bool kernel_handles(ggml_type type) {
 
 bool path_handles(ggml_type type, RowKernels path) { return path != RowKernels::off && kernel_handles(type); }
 
-// Whether a path's products of this type take the block order (q8_dot_rows.h)
-// rather than vec_dot's, at every row count.
+// Whether a path's products of this type take a block order (q8_dot_rows.h,
+// k_block_order.h) rather than vec_dot's, at every row count.
 bool block_order(ggml_type type, RowKernels path) {
-    return path == RowKernels::vnni_block && q8_dot_rows_handles(type);
+    return path == RowKernels::vnni_block && (q8_dot_rows_handles(type) || k_block_order_handles(type));
 }
 
 // The kernel for a weight type: halves, 32-value blocks or the K-quants' 256;
@@ -45,7 +46,7 @@ bool block_order(ggml_type type, RowKernels path) {
 void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path) {
 #if GGSPEC_X86_KERNEL
     if (block_order(job.weight_type, path)) {
-        q8_block_order_vnni(job, w_begin, w_end);
+        (k_block_order_handles(job.weight_type) ? k_block_order_vnni : q8_block_order_vnni)(job, w_begin, w_end);
     } else if (job.n_acts == 1) {
         one_row_dot(job, w_begin, w_end);
     } else if (half_dot_rows_handles(job.weight_type)) {
@@ -179,8 +180,8 @@ bool probe(ggml_type type, RowKernels path) {
             for (int64_t w = 0; w < n_w; ++w) {
                 float want;
                 if (block_order(type, path)) {
-                    want = q8_block_order_dot(type, weights.data() + w * row, acts.data() + a * act_row,
-                                              k / ggml_blck_size(type));
+                    want = (k_block_order_handles(type) ? k_block_order_dot : q8_block_order_dot)(
+                        type, weights.data() + w * row, acts.data() + a * act_row, k / ggml_blck_size(type));
                 } else {
                     traits->vec_dot((int) k, &want, 0, weights.data() + w * row, 0, acts.data() + a * act_row, 0, 1);
                 }

@@ -496,9 +496,10 @@ def load(
     ggspec's own kernels where a probe finds them bit-identical to ggml's: "auto" (the best
     path this CPU runs), "vnni" (AVX512-VNNI), "avx2" or "off" (ggml_mul_mat everywhere, for
     comparison); True and False mean "auto" and "off". "vnni-block" (never chosen by "auto")
-    takes Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and IQ4_NL weights in ggspec's block order: on
-    AVX512-VNNI its verifies of 8+ rows and its prefill run faster, and speculation stays
-    exact, but its logits are not llama.cpp's bits (greedy text can part from llama.cpp's).
+    takes Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K weights in ggspec's
+    block order: on AVX512-VNNI its verifies of 8+ rows and its prefill run faster, and
+    speculation stays exact, but its logits are not llama.cpp's bits (greedy text can part
+    from llama.cpp's).
     `target.row_kernels` says which was chosen.
     recurrent_rollback: how a recurrent trunk (qwen35) rolls back a partly accepted verify:
     "snapshots" (the default: the verify keeps the state after each row and the kept one is
