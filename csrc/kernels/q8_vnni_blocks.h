@@ -56,11 +56,11 @@ GGSPEC_AVX512 inline __m256i unsigned_values(const uint8_t * block) {
     } else if constexpr (T == GGML_TYPE_IQ4_NL) {  // x = the table's value for the nibble
         const __m256i table = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *) iq4_values()));
         x = _mm256_shuffle_epi8(table, low_high_nibbles(block + 2));
-    } else if constexpr (T == GGML_TYPE_Q4_0) {  // x = nibble - 8
-        x = _mm256_sub_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(8));
-    } else if constexpr (T == GGML_TYPE_Q5_0) {  // x = (nibble | high bit << 4) - 16
-        x = _mm256_sub_epi8(_mm256_or_si256(low_high_nibbles(block + 6), fifth_bits(block + 2)),
-                            _mm256_set1_epi8(16));
+    } else if constexpr (T == GGML_TYPE_Q4_0) {  // x = nibble - 8, so x + 128 = nibble + 120
+        return _mm256_add_epi8(low_high_nibbles(block + 2), _mm256_set1_epi8(120));
+    } else if constexpr (T == GGML_TYPE_Q5_0) {  // x = (nibble | high bit << 4) - 16: x + 128 = that + 112
+        return _mm256_add_epi8(_mm256_or_si256(low_high_nibbles(block + 6), fifth_bits(block + 2)),
+                               _mm256_set1_epi8(112));
     } else if constexpr (T == GGML_TYPE_Q4_1) {  // x = nibble, scaled by d, plus m
         return low_high_nibbles(block + 4);
     } else {  // Q5_1: x = nibble | high bit << 4, scaled by d, plus m
