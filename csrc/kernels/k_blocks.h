@@ -31,8 +31,10 @@ struct alignas(64) WeightBlock {
         int16_t w[kQK];
         struct {
             uint8_t q[kQK];
-            int16_t scales[kChunks][16];  // bytes: per 32-value chunk, lanes 0..7 scale values 0..15, 8..15 the rest
-            int32_t scale16[2 * kChunks];  // block_order: the same, one per 16 values
+            union {
+                int16_t scales[kChunks][16];   // bytes: per 32-value chunk, lanes 0..7 scale values 0..15, 8..15 the rest
+                int32_t scale16[2 * kChunks];  // block_order: the same, one per 16 values
+            };
         } bytes;
     };
     int16_t sub16[16];  // Q6_K: the scales of its 16-value sub-blocks; Q2_K: their mins
