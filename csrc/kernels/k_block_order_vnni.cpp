@@ -1,14 +1,16 @@
-// The block order of k_block_order.h on AVX512-VNNI. Each weight row is
-// decoded once to its quants as unsigned bytes (k_blocks' byte form); two tile
-// shapes then form a block's integers:
+// The block order of k_block_order.h on AVX512-VNNI. Two tile shapes form a
+// block's integers:
 //  - wide (groups of 8 activation rows, and a last group of 5-7): a row per
-//    lane, as in the 32-value block order. Each 4-value group of a sub-block
-//    is broadcast against the rows' matching groups, so a sub-block's dot
-//    builds up in each row's lane; one vpmulld by its scale adds it to S1. The
-//    float steps then serve 8 outputs at once, where ggml's order takes a cvt
-//    and an FMA per (weight row, activation row) for each of its 8 lanes.
-//  - narrow (1-4 rows: a decode step): a 32-value chunk's 8 lanes per (weight
-//    row, activation row) from one dpbusd, times the chunk's scales by
+//    lane, as in the 32-value block order. A tile's weight rows are decoded
+//    once to their quants as unsigned bytes (k_blocks' block_order form); each
+//    4-value group of a sub-block is broadcast against the rows' matching
+//    groups, so a sub-block's dot builds up in each row's lane, and one
+//    vpmulld by its scale adds it to S1. The float steps then serve 8 outputs
+//    at once, where ggml's order takes an epilogue per (weight row, activation
+//    row).
+//  - narrow (1-4 rows: a decode step): the blocks read where they are stored,
+//    their quants unpacked in registers; a 32-value chunk's 8 lanes per
+//    (weight row, activation row) from one dpbusd, times the chunk's scales by
 //    vpdpwssd (a lane's 4 products fit 16 bits), the lanes of 8 outputs summed
 //    in integers at once.
 #include "kernels/k_block_order.h"
