@@ -184,10 +184,14 @@ GGSPEC_AVX512 void narrow_tile(const uint8_t * stored, size_t row_bytes, int64_t
         __m256 d_w = _mm256_setzero_ps(), dmin_w = _mm256_setzero_ps(), d_a = _mm256_setzero_ps();
         const uint8_t * ab[NA];
         __m256i bsums[NA];
+        __m128i sums32[NA];  // Q4_K, Q5_K: the sums of 32 values
 #pragma GCC unroll 4
         for (int r = 0; r < NA; ++r) {
             ab[r] = acts.row(a0 + r) + b * kQ8KBytes;
             bsums[r] = _mm256_loadu_si256((const __m256i *) act_sums16(ab[r]));
+            if constexpr (!Q6) {
+                sums32[r] = _mm_hadd_epi16(_mm256_castsi256_si128(bsums[r]), _mm256_extracti128_si256(bsums[r], 1));
+            }
         }
 #pragma GCC unroll 4
         for (int w = 0; w < NW; ++w) {
@@ -214,9 +218,7 @@ GGSPEC_AVX512 void narrow_tile(const uint8_t * stored, size_t row_bytes, int64_t
 #pragma GCC unroll 4
                 for (int r = 0; r < NA; ++r) {  // the mins times the sums of 32 values, 4 lanes
                     t[r] = _mm256_setzero_si256();
-                    const __m128i sums32 =
-                        _mm_hadd_epi16(_mm256_castsi256_si128(bsums[r]), _mm256_extracti128_si256(bsums[r], 1));
-                    s2[w * NA + r] = _mm256_zextsi128_si256(_mm_madd_epi16(mins16, sums32));
+                    s2[w * NA + r] = _mm256_zextsi128_si256(_mm_madd_epi16(mins16, sums32[r]));
                 }
                 dmin_w = _mm256_mask_mov_ps(dmin_w, (__mmask8) (((1u << NA) - 1) << (w * NA)),
                                             _mm256_set1_ps(_cvtsh_ss(load_u16(block + 2))));
@@ -258,7 +260,6 @@ class Kernel {
 public:
     explicit Kernel(const DotRowsJob & job) : job_(job) {
         weights_.resize((size_t) (kTileW * job.n_blocks));
-        for (WeightBlock & wb : weights_) wb.form = BlockForm::block_order;
     }
     void prepare(const ActRows & acts) {
         acts_ = acts;
@@ -269,11 +270,8 @@ public:
     }
     void decode(int64_t w, int64_t slot) {  // for the wide groups; the narrow tiles read the stored rows
         if (groups_ == 0) return;
-        const uint8_t * row = (const uint8_t *) job_.weights + w * job_.row_bytes;
-        const size_t block_bytes = job_.row_bytes / (size_t) job_.n_blocks;
-        for (int64_t b = 0; b < job_.n_blocks; ++b) {
-            decode_block(job_.weight_type, row + b * block_bytes, weights_[(size_t) (slot * job_.n_blocks + b)]);
-        }
+        decode_row(job_.weight_type, (const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks,
+                   BlockForm::block_order, weights_.data() + slot * job_.n_blocks);
     }
     template <int TileW>
     void run(int64_t w0, int64_t slot, int64_t chunk0, int64_t) {

@@ -150,8 +150,6 @@ GGSPEC_AVX2 void decode_grid(ggml_type type, const uint8_t * block, WeightBlock 
     out.d = _cvtsh_ss(load_u16(block));
 }
 
-}  // namespace
-
 GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock & out) {
     if (grid_coded(type)) return decode_grid(type, block, out);
     switch (type) {
@@ -161,6 +159,16 @@ GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock
         case GGML_TYPE_Q5_K: return decode_q45_k<true>(block, out);
         case GGML_TYPE_Q6_K: return decode_q6_k(block, out);
         default: return decode_iq4_xs(block, out);
+    }
+}
+
+}  // namespace
+
+GGSPEC_AVX2 void decode_row(ggml_type type, const uint8_t * row, int64_t n_blocks, BlockForm form, WeightBlock * out) {
+    const size_t block_bytes = ggml_type_size(type);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].form = form;
+        decode_block(type, row + b * block_bytes, out[b]);
     }
 }
 

@@ -41,7 +41,7 @@ struct alignas(64) WeightBlock {
     int16_t mins[8];    // Q4_K, Q5_K: the 8 sub-block mins
     float d;
     float dmin;
-    BlockForm form;     // set before decoding
+    BlockForm form;
 };
 
 // The types whose quants are unsigned bytes (Q2_K, Q4_K, Q5_K, Q6_K): those
@@ -113,8 +113,8 @@ __attribute__((always_inline)) GGSPEC_AVX2 inline void q6_k_quants(const uint8_t
     }
 }
 
-// A block of type `type` into `out`, in the form out.form names.
-GGSPEC_AVX2 void decode_block(ggml_type type, const uint8_t * block, WeightBlock & out);
+// A row's n_blocks blocks of type `type` into out[0..n_blocks), in `form`.
+GGSPEC_AVX2 void decode_row(ggml_type type, const uint8_t * row, int64_t n_blocks, BlockForm form, WeightBlock * out);
 
 }  // namespace k_blocks
 }  // namespace ggspec

@@ -239,13 +239,8 @@ public:
     }
     void prepare(const ActRows & acts) { pack_activations(job_, acts, packed_); }
     void decode(int64_t w, int64_t slot) {
-        const uint8_t * row = (const uint8_t *) job_.weights + w * job_.row_bytes;
-        const size_t block_bytes = job_.row_bytes / (size_t) job_.n_blocks;
-        for (int64_t b = 0; b < job_.n_blocks; ++b) {
-            WeightBlock & out = weights_[(size_t) (slot * job_.n_blocks + b)];
-            out.form = bytes_ ? BlockForm::bytes : BlockForm::words;
-            decode_block(job_.weight_type, row + b * block_bytes, out);
-        }
+        decode_row(job_.weight_type, (const uint8_t *) job_.weights + w * job_.row_bytes, job_.n_blocks,
+                   bytes_ ? BlockForm::bytes : BlockForm::words, weights_.data() + slot * job_.n_blocks);
     }
     WeightStream stream;
 
