@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "errors.h"
+#include "kernels/fused_attention.h"
 #include "kernels/geglu.h"
 #include "kernels/masked_soft_max.h"
 #include "kernels/row_argmax.h"
@@ -445,6 +446,9 @@ PYBIND11_MODULE(_core, m) {
     m.def("masked_soft_max_usable", &masked_soft_max_usable,
           "Whether attention's softmax runs on ggspec's op (over the keys each mask row leaves) on the kernel paths: "
           "this CPU runs it and its probe found ggml's bits.");
+    m.def("fused_attention_usable", &fused_attention_usable,
+          "Whether attention runs as one op (kernels/fused_attention.h) on the kernel paths: this CPU runs it and its "
+          "probe found the bits of the chain it replaces.");
     m.def("row_argmax_usable", &row_argmax_usable,
           "Whether the greedy pick runs on ggspec's op (rows split between threads, vectorized) on the kernel paths: "
           "this CPU runs it and its probe found ggml_argmax's indices.");

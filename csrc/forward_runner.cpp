@@ -88,8 +88,8 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
         a.k_idx = new_input(ctx, GGML_TYPE_I64, n, 0, "k_idx");
         a.v_idx = new_input(ctx, GGML_TYPE_I64, n * kv_width, 0, "v_idx");
         a.kv_width = kv_width;
-        // rows of several sequences: where each one's region is (kernels/batched_attention.h)
-        if (key.batched) a.regions = new_input(ctx, GGML_TYPE_I32, 2 * n, 0, "kv_regions");
+        // where each row's sequence's region is (kernels/fused_attention.h)
+        a.regions = new_input(ctx, GGML_TYPE_I32, 2 * n, 0, "kv_regions");
         a.n_kv = n_kv;
         a.ring = ring;
         a.window = window;
@@ -223,7 +223,6 @@ void GraphRunner::fill_attention_inputs(const AttentionInputs & in, const std::v
 }
 
 void GraphRunner::size_kv(GraphKey & key, const std::vector<Segment> & segments) const {
-    key.batched = body_.kv.n_seqs() > 1;
     key.n_kv_full = key.n_kv_swa = 0;
     for (const Segment & seg : segments) {
         key.n_kv_full = std::max(key.n_kv_full, body_.kv.n_kv_full(seg.n_rows, seg.seq));

@@ -29,11 +29,10 @@ struct GraphKey {
     std::vector<int> taps;  // layer indices; -1 = after the final norm
     // Recurrent layers: each sequence's rows, in order (empty: none).
     std::vector<RecurrentSegment> recurrent;
-    bool batched = false;  // rows of several sequences (AttentionInputs::regions)
 
     bool operator<(const GraphKey & o) const {
-        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, recurrent, batched) <
-               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.recurrent, o.batched);
+        return std::tie(n_rows, n_kv_full, n_kv_swa, n_out, top_k, taps, recurrent) <
+               std::tie(o.n_rows, o.n_kv_full, o.n_kv_swa, o.n_out, o.top_k, o.taps, o.recurrent);
     }
 };
 

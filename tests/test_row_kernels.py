@@ -37,6 +37,7 @@ def pair(path, kernels, **kw):
     # On a CPU that runs it, a kernel whose probe found other bits than its reference is a failure, not a skip.
     assert with_kernel.lm_head_row_kernel, "the kernel disabled itself: its probe disagreed with its reference"
     assert _core.masked_soft_max_usable(), "the masked softmax disabled itself: its probe disagreed with ggml's"
+    assert _core.fused_attention_usable(), "the fused attention disabled itself: its probe disagreed with the chain"
     assert _core.row_argmax_usable(), "the row argmax disabled itself: its probe disagreed with ggml_argmax"
     assert _core.geglu_usable(), "the GeGLU op disabled itself: its probe disagreed with ggml's geglu"
     return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="off", **kw)

@@ -22,7 +22,7 @@ struct AttentionInputs {
     ggml_tensor * mask = nullptr;   // F32 [n_kv, n_rows]: 0 or -inf
     ggml_tensor * k_idx = nullptr;  // I64 [n_rows]: the K cache row each new row goes to
     ggml_tensor * v_idx = nullptr;  // I64 [n_rows * n_embd_kv]: element slots in the transposed V cache (path off)
-    ggml_tensor * regions = nullptr;  // I32 [2 * n_rows]: each row's sequence's region [lo, hi) (batched graphs)
+    ggml_tensor * regions = nullptr;  // I32 [2 * n_rows]: each row's sequence's region [lo, hi)
     int64_t n_kv = 0;               // slots attended over
     int64_t kv_width = 0;           // a cache row's values: the kind's head size * KV heads
     bool ring = false;              // cache rows come from the sliding-window ring

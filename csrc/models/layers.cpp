@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/batched_attention.h"
+#include "kernels/fused_attention.h"
 #include "kernels/geglu.h"
 #include "kernels/masked_soft_max.h"
 #include "kernels/set_columns.h"
@@ -77,11 +77,10 @@ ggml_tensor * attend_views(ForwardGraph & g, int64_t il, ggml_tensor * q, ggml_t
     const Hparams & hp = g.hp;
     const AttentionInputs & in = g.attention_inputs(il);
     ggml_tensor * mask = in.mask;
-    if (in.regions) {  // several sequences' rows: each attends over its own region's keys
-        if (ggml_tensor * heads = batched_attention(ctx, q, kcache, vcache, mask, in.regions, hp.kq_scale,
-                                                    g.kernels_for(kcache))) {
-            return heads;
-        }
+    // each row over its own sequence's region of the view, as one op where the kernel path has it
+    if (ggml_tensor * heads = fused_attention(ctx, q, kcache, vcache, mask, in.regions, hp.kq_scale,
+                                              g.kernels_for(kcache))) {
+        return heads;
     }
     ggml_tensor * kq = g.matmul(kcache, ggml_permute(ctx, q, 0, 2, 1, 3), mask);  // [n_kv, n, n_head]
     kq = masked_soft_max(ctx, kq, mask, hp.kq_scale, g.kernels_for(kcache));

@@ -1,8 +1,9 @@
 #pragma once
-// Attention for a forward whose rows belong to several sequences, each over its
-// own region of the cache (kv_cache.h): for each row and head, only the keys
-// its mask leaves, with the bits of the chain a one-sequence forward runs on
-// the kernel paths (the K·q product, the masked softmax, the V·p product).
+// Attention as one op on the kernel paths: for each group of one sequence's
+// rows and each head, only the keys their masks leave, with the bits of the
+// chain of ops it replaces (the K·q product, the masked softmax, the V·p
+// product). Every forward of the kernel paths runs it, a decode step and a
+// verify of one sequence as well as a batch of several.
 //
 // That chain, over the region's keys, gives the same bits whatever lies
 // outside them: the masked keys' probabilities are exact zeros, which add
@@ -11,6 +12,12 @@
 // the same steps over each row's keys alone, widened to whole 32-key steps,
 // and a row costs what it would cost alone however many regions the batch's
 // view spans; the unfused chain pays for the whole view, row by row.
+//
+// A group's scores, probabilities and outputs stay with the thread that
+// computes them. The chain splits each product's keys or value rows between
+// the threads, so the softmax and the V·p product read half of every row
+// from the other core, and it takes two graph nodes more a layer (SmolLM2's
+// decode step 3-5% faster; DEVELOPERS.md).
 #include "ggml.h"
 #include "kernels/row_matmul.h"
 
@@ -23,8 +30,8 @@ namespace ggspec {
 // starting at multiples of 64). Returns the heads' outputs [hd * n_head, n],
 // or null when this CPU, path or layout has no such op (the caller then runs
 // the unfused chain). A probe at first use compares it with that chain.
-ggml_tensor * batched_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
-                                ggml_tensor * mask, ggml_tensor * regions, float scale, RowKernels path);
-bool batched_attention_usable();  // this CPU runs the op and its probe passed
+ggml_tensor * fused_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+                              ggml_tensor * mask, ggml_tensor * regions, float scale, RowKernels path);
+bool fused_attention_usable();  // this CPU runs the op and its probe passed
 
 }  // namespace ggspec

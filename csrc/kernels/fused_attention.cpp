@@ -1,4 +1,4 @@
-#include "kernels/batched_attention.h"
+#include "kernels/fused_attention.h"
 
 #include <algorithm>
 #include <cmath>
@@ -70,7 +70,7 @@ void attend_rows(ggml_tensor * dst, int64_t r0, int64_t n_rows, int64_t h, Span 
 // Work units of (a sequence's rows, up to kActChunk of them; a head), dealt
 // out one at a time: sequences see different numbers of keys. regions: each
 // row's region of the view [lo, hi), rows of one sequence adjacent.
-void batched_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+void fused_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const Params & par = *(const Params *) userdata;
     const ggml_tensor * q = dst->src[0];
     const auto * regions = (const int32_t *) dst->src[4]->data;
@@ -100,7 +100,7 @@ bool fits(const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v, c
 ggml_tensor * custom_op(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v, ggml_tensor * mask,
                         ggml_tensor * regions, const Params & par) {
     ggml_tensor * args[5] = {q, k, v, mask, regions};
-    return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0] * q->ne[1], q->ne[2], 1, 1, args, 5, batched_attention_op,
+    return ggml_custom_4d(ctx, GGML_TYPE_F32, q->ne[0] * q->ne[1], q->ne[2], 1, 1, args, 5, fused_attention_op,
                           GGML_N_TASKS_MAX, (void *) interned(par));
 }
 
@@ -146,7 +146,7 @@ bool probe() {
     ggml_tensor * v = ggml_view_3d(ctx, vc, n_kv, hd, n_head_kv, vc->nb[1], vc->nb[1] * hd, 0);
     Params par{0.125f, RowKernels::avx2};
     const bool same = op_matches_ggml(ctx, chain(ctx, q, k, v, mask, par.scale, par.path), {q, k, v, mask, regions},
-                                      batched_attention_op, &par);
+                                      fused_attention_op, &par);
     ggml_free(ctx);
     return same;
 }
@@ -154,21 +154,21 @@ bool probe() {
 
 }  // namespace
 
-bool batched_attention_usable() {
+bool fused_attention_usable() {
 #if GGSPEC_X86_KERNEL
     static const bool same = row_kernels_cpu(RowKernels::avx2) && masked_soft_max_usable() &&
                              row_kernel_usable(GGML_TYPE_F16, RowKernels::avx2) &&
-                             op_probe_passes(probe, "the batched attention differs from the unfused chain; using it");
+                             op_probe_passes(probe, "the fused attention differs from the unfused chain; using the chain");
     return same;
 #else
     return false;
 #endif
 }
 
-ggml_tensor * batched_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
+ggml_tensor * fused_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
                                 ggml_tensor * mask, ggml_tensor * regions, float scale, RowKernels path) {
 #if GGSPEC_X86_KERNEL
-    if (path != RowKernels::off && fits(q, k, v, mask, regions) && batched_attention_usable()) {
+    if (path != RowKernels::off && fits(q, k, v, mask, regions) && fused_attention_usable()) {
         return custom_op(ctx, q, k, v, mask, regions, Params{scale, path});
     }
 #endif
