@@ -64,6 +64,21 @@ def test_kernel_matches_ggml_mul_mat(tiny_model, arch, kernels, dtype):
         plain.rewind(len(prompt))
 
 
+@pytest.mark.parametrize("kernels", PATHS)
+def test_attention_heads_split_between_threads(tiny_model, kernels):
+    """3 heads on 2 threads: the fused attention gives the third head's rows half
+    to each thread (kernels/fused_attention.cpp); each row keeps ggml's bits."""
+    kernel, plain = pair(tiny_model("qwen3", "q8_0", n_head=3, n_head_kv=1), kernels)
+    rng = np.random.default_rng(6)
+    prompt = rng.integers(3, kernel.n_vocab, size=150).tolist()
+    assert_same_forward(kernel, plain, prompt, "a chunked prefill", all_logits=True)
+    for k in (1, 2, 7, 8):
+        assert_same_forward(kernel, plain, rng.integers(3, kernel.n_vocab, size=k).tolist(), f"a {k}-row verify",
+                            all_logits=True)
+        kernel.rewind(len(prompt))
+        plain.rewind(len(prompt))
+
+
 @pytest.mark.parametrize("dtype", BLOCK_ORDER)
 @pytest.mark.parametrize("arch", ["gemma3", "llama"])
 def test_block_order_is_near_ggml_mul_mat(tiny_model, arch, dtype):

@@ -68,8 +68,12 @@ void attend_rows(ggml_tensor * dst, int64_t r0, int64_t n_rows, int64_t h, Span 
 }
 
 // Work units of (a sequence's rows, up to kActChunk of them; a head), dealt
-// out one at a time: sequences see different numbers of keys. regions: each
-// row's region of the view [lo, hi), rows of one sequence adjacent.
+// out one at a time: sequences see different numbers of keys. The heads that
+// would leave some threads a unit short (SmolLM2's ninth of 9 on 2 threads)
+// have their rows split between the threads instead: its 8-row verify ran 1%
+// faster (one process alternating, 200 samples, 118 faster), against 3%
+// slower with every head split so (4-row tiles). regions: each row's region of
+// the view [lo, hi), rows of one sequence adjacent.
 void fused_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const Params & par = *(const Params *) userdata;
     const ggml_tensor * q = dst->src[0];
@@ -80,8 +84,15 @@ void fused_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
         const Span region{regions[2 * r0], regions[2 * r0 + 1]};
         int64_t end = r0 + 1;
         while (end < n && end - r0 < kActChunk && regions[2 * end] == region.lo) ++end;
-        for (int64_t h = 0; h < n_head; ++h, ++unit) {
+        const int64_t rest = n_head % nth, parts = std::min<int64_t>(nth, end - r0);
+        for (int64_t h = 0; h < n_head - rest; ++h, ++unit) {
             if (unit % nth == ith) attend_rows(dst, r0, end - r0, h, region, par);
+        }
+        for (int64_t h = n_head - rest; h < n_head; ++h) {
+            for (int64_t p = 0; p < parts; ++p, ++unit) {
+                const int64_t a = r0 + (end - r0) * p / parts, b = r0 + (end - r0) * (p + 1) / parts;
+                if (unit % nth == ith) attend_rows(dst, a, b - a, h, region, par);
+            }
         }
         r0 = end;
     }
