@@ -210,9 +210,12 @@ constexpr int64_t kFetchAhead = 6144;
 // the memory idle during the compute and the cores idle during the read. The
 // lines go to L2, not L1, where the stream evicted the tile's own working set:
 // on a Zen 4, 2 threads, paired processes, one-row steps were 10% faster on
-// Gemma 3 270M and SmolLM2-135M, and Gemma's 8-row verify 6%.
+// Gemma 3 270M and SmolLM2-135M, and Gemma's 8-row verify 6%. A kernel that
+// reads 4-bit blocks where they are stored asks for L1 (to_l1; see
+// q8_block_order_vnni.cpp).
 class WeightStream {
 public:
+    void to_l1(bool l1) { l1_ = l1; }
     // A new pass over the weights [begin, end).
     void start(const uint8_t * begin, const uint8_t * end) {
         fetched_ = target_ = (uintptr_t) begin & ~(uintptr_t) 63, end_ = (uintptr_t) end;
@@ -237,10 +240,15 @@ public:
     __attribute__((always_inline)) void fetch(int64_t b) const {
         const uintptr_t first = fetched_ + (uintptr_t) (b * per_block_);
         const uintptr_t last = std::min(target_, first + (uintptr_t) per_block_);
+        if (l1_) {
+            for (uintptr_t line = first; line < last; line += 64) __builtin_prefetch((const void *) line, 0, 3);  // prefetcht0
+            return;
+        }
         for (uintptr_t line = first; line < last; line += 64) __builtin_prefetch((const void *) line, 0, 2);  // prefetcht1
     }
 
 private:
+    bool l1_ = false;
     uintptr_t fetched_ = 0, target_ = 0, end_ = 0;
     int64_t n_blocks_ = 1, per_block_ = 0;
 };
