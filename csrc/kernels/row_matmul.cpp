@@ -103,11 +103,19 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
 }
 
 // x's rows in the activation type (the userdata's value), as quantize_acts
-// gives them, thread ith taking every nth.
+// gives them, each row by the thread that wrote it where x's op lets that be
+// known: ggml's rms_norm (and the mul fused after it) deals rows out one at a
+// time, its element-wise ops (and geglu) give each thread a contiguous share.
+// The other core's rows cost a cache transfer each: against dealing every x's
+// rows one at a time, 8-row verifies ran 1.6% faster on SmolLM2 and 0.8% on
+// Gemma 3 (one process alternating, 150 samples, 118 and 103 faster).
 void quantize_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const ggml_from_float_t from_float = kernel_from_float((ggml_type) (intptr_t) userdata);
-    for (int64_t r = ith; r < x->ne[1]; r += nth) {
+    const bool dealt = x->op == GGML_OP_RMS_NORM || (x->op == GGML_OP_MUL && x->src[0]->op == GGML_OP_RMS_NORM);
+    const int64_t n = x->ne[1], per = (n + nth - 1) / nth;
+    const int64_t first = dealt ? ith : std::min(n, ith * per), end = dealt ? n : std::min(n, first + per);
+    for (int64_t r = first; r < end; r += dealt ? nth : 1) {
         from_float((const float *) ((const char *) x->data + r * x->nb[1]), (char *) dst->data + r * dst->nb[1],
                    x->ne[0]);
     }
