@@ -177,7 +177,7 @@ bool fused_attention_usable() {
 }
 
 ggml_tensor * fused_attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * k, ggml_tensor * v,
-                                ggml_tensor * mask, ggml_tensor * regions, float scale, RowKernels path) {
+                              ggml_tensor * mask, ggml_tensor * regions, float scale, RowKernels path) {
 #if GGSPEC_X86_KERNEL
     if (path != RowKernels::off && fits(q, k, v, mask, regions) && fused_attention_usable()) {
         return custom_op(ctx, q, k, v, mask, regions, Params{scale, path});
