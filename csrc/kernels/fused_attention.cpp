@@ -84,13 +84,11 @@ void fused_attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
         const Span region{regions[2 * r0], regions[2 * r0 + 1]};
         int64_t end = r0 + 1;
         while (end < n && end - r0 < kActChunk && regions[2 * end] == region.lo) ++end;
-        const int64_t rest = n_head % nth, parts = std::min<int64_t>(nth, end - r0);
-        for (int64_t h = 0; h < n_head - rest; ++h, ++unit) {
-            if (unit % nth == ith) attend_rows(dst, r0, end - r0, h, region, par);
-        }
-        for (int64_t h = n_head - rest; h < n_head; ++h) {
+        const int64_t rows = end - r0, whole = n_head - n_head % nth;
+        for (int64_t h = 0; h < n_head; ++h) {
+            const int64_t parts = h < whole ? 1 : std::min<int64_t>(nth, rows);
             for (int64_t p = 0; p < parts; ++p, ++unit) {
-                const int64_t a = r0 + (end - r0) * p / parts, b = r0 + (end - r0) * (p + 1) / parts;
+                const int64_t a = r0 + rows * p / parts, b = r0 + rows * (p + 1) / parts;
                 if (unit % nth == ith) attend_rows(dst, a, b - a, h, region, par);
             }
         }

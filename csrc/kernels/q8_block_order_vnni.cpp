@@ -236,8 +236,13 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const
     } else {
         static_assert(wide_in_place(F::type), "the pass's types are decoded");
         const uint8_t * block = rows.stored + w * rows.row_bytes + b * block_bytes<F::type>();
-        if constexpr (F::type == GGML_TYPE_Q8_0) {
+        if constexpr (F::Signed) {
             d = _mm256_cvtph_ps(_mm_set1_epi16((short) load_u16(block)));
+        } else {  // d and m, both converted at once
+            const __m256 dm = _mm256_cvtph_ps(_mm_set1_epi32(load_i32(block)));
+            d = _mm256_moveldup_ps(dm), m = _mm256_movehdup_ps(dm);
+        }
+        if constexpr (F::type == GGML_TYPE_Q8_0) {
             const __m256i sign = _mm256_set1_epi8((char) 0x80);
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i += 2) {
@@ -249,13 +254,7 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const
             return _mm256_add_epi32(even, odd);
         }
         const uint8_t * qs = block + (F::Signed ? 2 : 4);
-        if constexpr (F::Signed) {
-            d = _mm256_cvtph_ps(_mm_set1_epi16((short) load_u16(block)));
-            even = _mm256_srai_epi32(init, 4);
-        } else {  // d and m, both converted at once
-            const __m256 dm = _mm256_cvtph_ps(_mm_set1_epi32(load_i32(block)));
-            d = _mm256_moveldup_ps(dm), m = _mm256_movehdup_ps(dm);
-        }
+        if constexpr (F::Signed) even = _mm256_srai_epi32(init, 4);
         const __m256i low = _mm256_set1_epi8(0x0F), high = _mm256_set1_epi8((char) 0xF0);
 #pragma GCC unroll 4
         for (int i = 0; i < 4; ++i) {
