@@ -315,12 +315,13 @@ GGSPEC_AVX512 void wide_tile(const TileRows & rows, const PackedActs & acts, int
         __m256i init;
         __m256 scales;
         const int64_t at = lane_block<Signed>(acts, b, g, y.v, init, scales);
+        const __m256 sums = Signed ? scales : _mm256_loadu_ps(acts.lane_sums + at);  // loaded once, not by each row
 #pragma GCC unroll 8
         for (int w = 0; w < NW; ++w) {
             __m256 d, m;
             const __m256 q = _mm256_cvtepi32_ps(wide_block_dot<F>(rows, w, b, y.v, init, d, m));
             acc[w] = _mm256_fmadd_ps(_mm256_mul_ps(d, scales), q, acc[w]);
-            if constexpr (!Signed) mins[w] = _mm256_fmadd_ps(m, _mm256_loadu_ps(acts.lane_sums + at), mins[w]);
+            if constexpr (!Signed) mins[w] = _mm256_fmadd_ps(m, sums, mins[w]);
         }
     }
     alignas(32) float out[NW][kLanes];
