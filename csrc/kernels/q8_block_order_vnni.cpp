@@ -208,15 +208,19 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline int64_t lane_block(const Pac
     return at;
 }
 
-// Whether a wide tile reads weights of type t where they are stored (a verify's
-// single wide group; see Kernel::prepare). The pass's loads were where the
-// weights' first reads stalled: read in place, SmolLM2's Q4_1 8-row verify took
-// 4.7% less. Q8_0 in place (a broadcast and an xor per 4 values; alternating
-// samples in one process, same bits): Gemma 3's 8-row verify 0.93-0.94 (35-38
-// of 40 faster), 6 rows 0.93, 12 rows 0.96; SmolLM2's 0.996-1.007, its LM head
-// the only Q8_0 tensor. The Q5 types keep the pass.
-constexpr bool wide_in_place(ggml_type t) {
-    return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q8_0;
+// The most wide groups whose tiles read weights of type t where they are
+// stored (see Kernel::prepare); more share a pass. The pass's loads were where
+// the weights' first reads stalled: read in place, SmolLM2's Q4_1 8-row verify
+// took 4.7% less. Each group splits the 4-bit types' nibbles again, in 16
+// lanes, and still gains on the pass up to 4 groups (alternating samples in
+// one process, same bits: SmolLM2's 16-row verify 0.942, 95 of 100 faster; 24
+// rows 0.983 and 32 rows 0.987, 44 of 60; 64 rows 1.041, slower). Q8_0 in
+// place (a broadcast and an xor per 4 values): Gemma 3's 8-row verify
+// 0.93-0.94 (35-38 of 40 faster), 6 rows 0.93, 12 rows 0.96; SmolLM2's
+// 0.996-1.007, its LM head the only Q8_0 tensor; but 16 rows 1.04 (SmolLM2)
+// and 1.06 (Gemma 3). The Q5 types keep the pass.
+constexpr int64_t wide_groups_in_place(ggml_type t) {
+    return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 ? 4 : t == GGML_TYPE_Q8_0 ? 1 : 0;
 }
 
 // A stored block's d and (Q4_1) m, broadcast; both converted at once.
@@ -428,8 +432,8 @@ public:
         wide_ = n / kLanes + (rest >= kWideRows);
         paired_ = rest >= kPairedRows && rest < kWideRows;
         acts_ = pack_activations(job_, acts, wide_ + paired_, paired_, buffers_);
-        // see Decoded; a prefill chunk's wide groups share a pass
-        in_place_ = job_.weight_type != GGML_TYPE_IQ4_NL && (wide_ == 0 || (wide_ == 1 && wide_in_place(job_.weight_type)));
+        // see Decoded and wide_groups_in_place; a prefill chunk's wide groups share a pass
+        in_place_ = job_.weight_type != GGML_TYPE_IQ4_NL && wide_ <= wide_groups_in_place(job_.weight_type);
         // Q4_0's and Q4_1's stored blocks, read in place, come to L1 ahead of the
         // tile: its rows' small loads (5 a block and row) then wait on no L2 trip.
         // SmolLM2's Q4_1 (one process alternating, 150 samples, same bits): decode
@@ -468,7 +472,7 @@ private:
         stream.spread(wide_ * (TileW / NW) + rest_loops);
         alignas(32) float staged[kLanes * kWeightTile];
         int64_t fetch0 = 0;
-        if constexpr (!F::in_place || wide_in_place(F::type)) {  // else the chunk has no wide group
+        if constexpr (!F::in_place || wide_groups_in_place(F::type) > 0) {  // else the chunk has no wide group
             for (int64_t g = 0; g < wide_; ++g) {
                 for (int w = 0; w < TileW; w += NW, fetch0 += nb) {
                     wide_tile<NW, F>(rows.from(w), acts_, g, stream, fetch0, staged + w);

@@ -111,7 +111,8 @@ inline DecodeRow decoder(ggml_type t) {
 // IQ4_NL's two passes over its blocks in vec_dot's order (see q8_blocks_paired).
 // (The block order's paired and narrow tiles read the stored blocks unless the
 // chunk's wide groups made the pass; its wide tiles read a pass, but for a
-// verify's single group of Q4_0, Q4_1 or Q8_0, which they read in place.)
+// verify's single group of Q8_0, or up to 4 groups of Q4_0 or Q4_1, which they
+// read in place.)
 template <bool SignedValues, bool PairedBlocks = false>
 struct Decoded {
     static constexpr bool Signed = SignedValues, Paired = PairedBlocks, in_place = false;

@@ -151,8 +151,10 @@ bool same_quantization(ggml_type weight_type, ggml_type act_type) {
 }
 
 // Random weights and activations through the kernel and through ggml's vec_dot
-// (or the block order's scalar dot), at 1..12 activation rows; any differing
-// bit disables the kernel for the type.
+// (or the block order's scalar dot), at 1..12 activation rows (every tile shape
+// after whole groups of 8) and at 16, 22 and 33 (up to the 4 wide groups a
+// tile reads in place: see q8_block_order_vnni.cpp); any differing bit
+// disables the kernel for the type.
 bool probe(ggml_type type, RowKernels path) {
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const ggml_type act_type = activation_type(type);
@@ -162,7 +164,7 @@ bool probe(ggml_type type, RowKernels path) {
     // k: 3 blocks of 256, 25 of 32 (IQ4_NL's last one unpaired), or 768 halves
     // and a scalar tail of 19; 27 weight rows leave a partial tile on every kernel
     const int64_t block = ggml_blck_size(type);
-    const int64_t k = block == 1 ? 787 : block == 32 ? 800 : 768, n_w = 27, n_a = 12;
+    const int64_t k = block == 1 ? 787 : block == 32 ? 800 : 768, n_w = 27, n_a = 33;
     const size_t row = ggml_row_size(type, k), act_row = ggml_row_size(act_type, k);
     std::mt19937 rng(20261129);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -179,7 +181,7 @@ bool probe(ggml_type type, RowKernels path) {
     std::fill(act_values.begin() + 6 * k, act_values.begin() + 7 * k, 0.0f);
     for (int64_t a = 0; a < n_a; ++a) act_traits->from_float(act_values.data() + a * k, acts.data() + a * act_row, k);
 
-    for (int64_t rows = 1; rows <= n_a; ++rows) {
+    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 22, 33}) {
         std::vector<float> got((size_t) (rows * n_w));
         dot_rows(DotRowsJob{type, weights.data(), row, (const uint8_t *) act_values.data(), (size_t) k * sizeof(float),
                             act_type, k / ggml_blck_size(type), rows, got.data(), n_w},
