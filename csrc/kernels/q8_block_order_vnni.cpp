@@ -272,10 +272,10 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const
 // value. Each broadcast dword meets, in 16 lanes, values 4i..4i+3 of the rows
 // masked 0x0F and values 16+4i.. masked 0xF0: one mask and one dpbusd serve
 // both halves of the block (against two of each in 8 lanes, same bits:
-// SmolLM2's 8-row verify 0.977 in 8 paired processes, 6 faster; 0.981 in 150
-// alternating samples in one process, 108 faster). The high half's sums, 16 times theirs, shift back exactly. Q4_0's
-// values are the nibbles - 8, not + 128 as decoded, so its correction is -8,
-// not -128, times the activations' sum: init / 16, exact too.
+// SmolLM2's 8-row verify 0.977 in 8 paired processes, 6 faster). The high
+// half's sums, 16 times theirs, shift back exactly. Q4_0's values are the
+// nibbles - 8, not + 128 as decoded, so its correction is -8, not -128, times
+// the activations' sum: init / 16, exact too.
 template <class F>
 __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const TileRows & rows, int w, int64_t b,
                                                                           const __m512i (&y)[4], __m256i init,
