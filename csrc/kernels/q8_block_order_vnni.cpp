@@ -196,10 +196,11 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline int64_t lane_block(const Pac
     const int64_t at = (b * acts.groups + g) * kLanes;
 #pragma GCC unroll 8
     for (int i = 0; i < N; ++i) {
+        const int32_t * values = acts.lane_values + (at + lane_slot(i)) * 8;  // and, at 16 lanes, dword i + 4's
         if constexpr (N == 4) {
-            y[i] = _mm512_loadu_si512(acts.lane_values + (at + 2 * i) * 8);
+            y[i] = _mm512_loadu_si512(values);
         } else {
-            y[i] = _mm256_loadu_si256((const __m256i *) (acts.lane_values + (at + lane_slot(i)) * 8));
+            y[i] = _mm256_loadu_si256((const __m256i *) values);
         }
         in_register(y[i]);
     }
@@ -219,8 +220,9 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline int64_t lane_block(const Pac
 // 0.93-0.94 (35-38 of 40 faster), 6 rows 0.93, 12 rows 0.96; SmolLM2's
 // 0.996-1.007, its LM head the only Q8_0 tensor; but 16 rows 1.04 (SmolLM2)
 // and 1.06 (Gemma 3). The Q5 types keep the pass.
+constexpr bool nibble_type(ggml_type t) { return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1; }
 constexpr int64_t wide_groups_in_place(ggml_type t) {
-    return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 ? 4 : t == GGML_TYPE_Q8_0 ? 1 : 0;
+    return nibble_type(t) ? 4 : t == GGML_TYPE_Q8_0 ? 1 : 0;
 }
 
 // A stored block's d and (Q4_1) m, broadcast; both converted at once.
@@ -280,7 +282,7 @@ template <class F>
 __attribute__((always_inline)) GGSPEC_AVX512 inline __m256i wide_block_dot(const TileRows & rows, int w, int64_t b,
                                                                           const __m512i (&y)[4], __m256i init,
                                                                           __m256 & d, __m256 & m) {
-    static_assert(F::in_place && F::type != GGML_TYPE_Q8_0, "stored 4-bit blocks");
+    static_assert(F::in_place && nibble_type(F::type), "stored 4-bit blocks");
     const uint8_t * block = rows.stored + w * rows.row_bytes + b * block_bytes<F::type>();
     stored_scales<F>(block, d, m);
     const uint8_t * qs = block + (F::Signed ? 2 : 4);
@@ -312,7 +314,7 @@ GGSPEC_AVX512 void wide_tile(const TileRows & rows, const PackedActs & acts, int
     __m256 acc[NW], mins[NW];
 #pragma GCC unroll 8
     for (int w = 0; w < NW; ++w) acc[w] = mins[w] = _mm256_setzero_ps();
-    constexpr bool nibbles = F::in_place && F::type != GGML_TYPE_Q8_0;
+    constexpr bool nibbles = F::in_place && nibble_type(F::type);
     for (int64_t b = 0; b < rows.n_blocks; ++b) {
         next.fetch(fetch0 + b);
         LaneVectors<nibbles> y;
@@ -441,7 +443,7 @@ public:
         // Q8_0 LM head's stream ran 7% slower at one row and Gemma 3's 8-row
         // verify 1.5%, K-quants' wide tiles the same; ggml's vec_dot of one row
         // (one_row_dot) 6% slower.
-        stream.to_l1(in_place_ && (job_.weight_type == GGML_TYPE_Q4_0 || job_.weight_type == GGML_TYPE_Q4_1));
+        stream.to_l1(in_place_ && nibble_type(job_.weight_type));
     }
     void decode(int64_t w, int64_t slot) {
         if (in_place_) return;
