@@ -150,21 +150,15 @@ bool same_quantization(ggml_type weight_type, ggml_type act_type) {
     return std::memcmp(ours.data, theirs.data(), theirs.size()) == 0;
 }
 
-// Random weights and activations through the kernel and through ggml's vec_dot
-// (or the block order's scalar dot), at 1..12 activation rows (every tile shape
-// after whole groups of 8) and at 16, 22 and 33 (up to the 4 wide groups a
-// tile reads in place: see q8_block_order_vnni.cpp); any differing bit
-// disables the kernel for the type.
-bool probe(ggml_type type, RowKernels path) {
+// Random weights and activations of k values through the kernel and through
+// ggml's vec_dot (or the block order's scalar dot), at 1..12 activation rows
+// (every tile shape after whole groups of 8) and at 16, 22 and 33 (up to the
+// 4 wide groups a tile reads in place: see q8_block_order_vnni.cpp).
+bool same_products(ggml_type type, RowKernels path, int64_t k) {
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const ggml_type act_type = activation_type(type);
     const ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(act_type);
-    if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
-    if (kernel_from_float(act_type) != act_traits->from_float && !same_quantization(type, act_type)) return false;
-    // k: 3 blocks of 256, 25 of 32 (IQ4_NL's last one unpaired), or 768 halves
-    // and a scalar tail of 19; 27 weight rows leave a partial tile on every kernel
-    const int64_t block = ggml_blck_size(type);
-    const int64_t k = block == 1 ? 787 : block == 32 ? 800 : 768, n_w = 27, n_a = 33;
+    const int64_t n_w = 27, n_a = 33;  // 27 weight rows leave a partial tile on every kernel
     const size_t row = ggml_row_size(type, k), act_row = ggml_row_size(act_type, k);
     std::mt19937 rng(20261129);
     std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -200,6 +194,21 @@ bool probe(ggml_type type, RowKernels path) {
         }
     }
     return true;
+}
+
+// same_products at each k a kernel's loop takes apart: 3 blocks of 256, 25 of
+// 32 (IQ4_NL's last one unpaired), or halves with a scalar tail of 19 and
+// without (the F16 tile's own end); any differing bit disables the kernel for
+// the type.
+bool probe(ggml_type type, RowKernels path) {
+    const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
+    const ggml_type act_type = activation_type(type);
+    const ggml_type_traits_cpu * act_traits = ggml_get_type_traits_cpu(act_type);
+    if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
+    if (kernel_from_float(act_type) != act_traits->from_float && !same_quantization(type, act_type)) return false;
+    const int64_t block = ggml_blck_size(type);
+    if (block == 1) return same_products(type, path, 787) && same_products(type, path, 768);
+    return same_products(type, path, block == 32 ? 800 : 768);
 }
 
 }  // namespace
