@@ -13,6 +13,7 @@
 #include "kernels/fused_attention.h"
 #include "kernels/geglu.h"
 #include "kernels/masked_soft_max.h"
+#include "kernels/rms_norm.h"
 #include "kernels/row_argmax.h"
 #include "kernels/row_matmul.h"
 #include "models/forward_graph.h"
@@ -455,5 +456,8 @@ PYBIND11_MODULE(_core, m) {
     m.def("geglu_usable", &geglu_usable,
           "Whether GeGLU FFNs (Gemma) take ggspec's op (values split between threads, eight tabled GELUs looked up "
           "at once) on the kernel paths: this CPU runs it and its probe found ggml's bits.");
+    m.def("rms_norm_usable", &rms_norm_usable,
+          "Whether RMS norms times their weight take ggspec's op (8 rows' sums of squares at once, each thread a "
+          "contiguous share of the rows) on the kernel paths: this CPU runs it and its probe found ggml's bits.");
     bind_rpc(m);
 }

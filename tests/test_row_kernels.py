@@ -40,6 +40,7 @@ def pair(path, kernels, **kw):
     assert _core.fused_attention_usable(), "the fused attention disabled itself: its probe disagreed with the chain"
     assert _core.row_argmax_usable(), "the row argmax disabled itself: its probe disagreed with ggml_argmax"
     assert _core.geglu_usable(), "the GeGLU op disabled itself: its probe disagreed with ggml's geglu"
+    assert _core.rms_norm_usable(), "the RMS norm op disabled itself: its probe disagreed with ggml's"
     return with_kernel, ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=2, row_kernels="off", **kw)
 
 

@@ -6,6 +6,7 @@
 #include "kernels/fused_attention.h"
 #include "kernels/geglu.h"
 #include "kernels/masked_soft_max.h"
+#include "kernels/rms_norm.h"
 #include "kernels/set_columns.h"
 
 namespace ggspec {
@@ -16,7 +17,7 @@ ggml_tensor * embed_tokens(ForwardGraph & g) {
 }
 
 ggml_tensor * rms_norm(ForwardGraph & g, ggml_tensor * x, ggml_tensor * weight) {
-    return ggml_mul(g.ctx, ggml_rms_norm(g.ctx, x, g.hp.rms_eps), weight);
+    return rms_norm_mul(g.ctx, x, weight, g.hp.rms_eps, g.kernels_for(weight));
 }
 
 // YaRN's correction range, as llama.cpp's defaults (it reads them from the file
