@@ -410,6 +410,7 @@ PYBIND11_MODULE(_core, m) {
         .def_property_readonly("device", &Target::device_name)
         .def_property_readonly("n_threads", &Target::n_threads)
         .def_property_readonly("lm_head_row_kernel", &Target::lm_head_row_kernel)
+        .def_property_readonly("packed_weight_bytes", &Target::packed_weight_bytes)
         .def_property_readonly("row_kernels", &Target::row_kernels)
         .def_property_readonly("placement", &Target::placement)
         .def_property_readonly("weight_bytes", &Target::weight_bytes)

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "ggml.h"
+#include "kernels/q4_lanes.h"
 
 namespace ggspec {
 
@@ -185,6 +187,9 @@ struct ModelWeights {
     ggml_tensor * per_layer_proj_norm = nullptr;
     std::vector<LayerWeights> layers;
     NextnWeights nextn;  // a draft head's; unset in a trunk
+    // Copies of weights in another layout for the path vnni-block, made at
+    // their first product (kernels/q4_lanes.h), shared by every graph of these weights.
+    std::shared_ptr<LanePacks> lane_packs = std::make_shared<LanePacks>();
 };
 
 // A float key that must be finite and >= min (or > min when !min_allowed): a

@@ -173,6 +173,9 @@ public:
     int n_threads() const { return n_threads_; }
     // Whether multi-row LM-head products run on ggspec's own kernel (kernels/row_matmul.h).
     bool lm_head_row_kernel() const;
+    // Bytes of weights this target's graphs so far have packed for their kernels
+    // (kernels/q4_lanes.h: Q4_0 and Q4_1 on vnni-block), beside the file's.
+    size_t packed_weight_bytes() const { return w_.lane_packs->bytes(); }
     // The kernel path this target chose ("vnni", "avx2" or "off"); each weight
     // type runs on it where it has a kernel whose probe matched ggml's bits.
     const char * row_kernels() const { return row_kernels_name(row_kernels_); }

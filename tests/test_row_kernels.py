@@ -63,6 +63,7 @@ def test_kernel_matches_ggml_mul_mat(tiny_model, arch, kernels, dtype):
         assert_same_forward(kernel, plain, tokens, f"a {k}-row verify", all_logits=True, hidden_layers=TAPS)
         kernel.rewind(len(prompt))
         plain.rewind(len(prompt))
+    assert kernel.packed_weight_bytes == 0  # only vnni-block packs weights
 
 
 @pytest.mark.parametrize("kernels", PATHS)
@@ -117,6 +118,8 @@ def test_block_order_rows_match_one_row_steps(tiny_model, arch, dtype):
     target.reset()
     steps = np.concatenate([target.spec_forward([token]).logits for token in prompt])
     assert_bits_equal(chunked, steps, "a chunked prefill's logits")
+    # Q4_0 and Q4_1 run packed 16 rows to a register (kernels/q4_lanes.h); no other type is copied
+    assert (target.packed_weight_bytes > 0) == (dtype in ("q4_0", "q4_1")), target.packed_weight_bytes
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@
 #include "kernels/k_dot_rows.h"
 #include "kernels/mask_span.h"
 #include "kernels/one_row_dot.h"
+#include "kernels/q4_lanes.h"
 #include "kernels/portable_op.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
@@ -24,7 +25,8 @@
 namespace ggspec {
 namespace {
 
-constexpr int64_t kWeightRowAlign = 8;  // a multiple of every kernel's weight tile
+// A multiple of every kernel's weight tile, and of a packed group (q4_lanes.h).
+constexpr int64_t kWeightRowAlign = kLaneRows;
 
 // The paths, as the custom op's userdata.
 const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni, RowKernels::vnni_block};
@@ -42,10 +44,13 @@ bool block_order(ggml_type type, RowKernels path) {
 }
 
 // The kernel for a weight type: halves, 32-value blocks or the K-quants' 256;
-// for one activation row in vec_dot's order, vec_dot itself.
-void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path) {
+// for one activation row in vec_dot's order, vec_dot itself. packed: the
+// weights' copy 16 rows to a register (q4_lanes.h), or null.
+void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path, const uint8_t * packed) {
 #if GGSPEC_X86_KERNEL
-    if (block_order(job.weight_type, path)) {
+    if (block_order(job.weight_type, path) && packed) {
+        q4_lanes_vnni(job, packed, w_begin, w_end);
+    } else if (block_order(job.weight_type, path)) {
         (k_block_order_handles(job.weight_type) ? k_block_order_vnni : q8_block_order_vnni)(job, w_begin, w_end);
     } else if (job.n_acts == 1) {
         one_row_dot(job, w_begin, w_end);
@@ -77,6 +82,7 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * quantized = dst->src[2];  // src[1] in its act_type (QuantizedActs), or absent
     const ggml_tensor * a = quantized ? quantized : dst->src[1];
     const ggml_tensor * mask = dst->src[3];  // shared by every matrix, or absent
+    const ggml_tensor * packed = dst->src[4];  // w packed in lanes (one matrix), or absent
     const int64_t n_w = w->ne[1], n_mat = a->ne[2], per_w_mat = n_mat / w->ne[2];
     const int64_t runs = (n_w + kWeightRowAlign - 1) / kWeightRowAlign;  // per matrix
     const int64_t per = (runs * n_mat + nth - 1) / nth;
@@ -97,7 +103,7 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
                              mask ? (int64_t) (mask->nb[1] / sizeof(float)) : 0,
                              quantized != nullptr};
         dot_rows(job, (run - m * runs) * kWeightRowAlign, std::min(n_w, (end - m * runs) * kWeightRowAlign),
-                 *(const RowKernels *) userdata);
+                 *(const RowKernels *) userdata, packed ? (const uint8_t *) packed->data : nullptr);
         run = end;
     }
 }
@@ -175,21 +181,33 @@ bool same_products(ggml_type type, RowKernels path, int64_t k) {
     std::fill(act_values.begin() + 6 * k, act_values.begin() + 7 * k, 0.0f);
     for (int64_t a = 0; a < n_a; ++a) act_traits->from_float(act_values.data() + a * k, acts.data() + a * act_row, k);
 
-    for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 22, 33}) {
-        std::vector<float> got((size_t) (rows * n_w));
-        dot_rows(DotRowsJob{type, weights.data(), row, (const uint8_t *) act_values.data(), (size_t) k * sizeof(float),
-                            act_type, k / ggml_blck_size(type), rows, got.data(), n_w},
-                 0, n_w, path);
-        for (int64_t a = 0; a < rows; ++a) {
-            for (int64_t w = 0; w < n_w; ++w) {
-                float want;
-                if (block_order(type, path)) {
-                    want = (k_block_order_handles(type) ? k_block_order_dot : q8_block_order_dot)(
-                        type, weights.data() + w * row, acts.data() + a * act_row, k / ggml_blck_size(type));
-                } else {
-                    traits->vec_dot((int) k, &want, 0, weights.data() + w * row, 0, acts.data() + a * act_row, 0, 1);
+    // The stored weights, and on vnni-block Q4_0 and Q4_1 also packed in lanes
+    // (a group of 16 rows, then 11 from the stored ones).
+    std::vector<uint8_t> packed;
+    std::vector<const uint8_t *> layouts{nullptr};
+    if (block_order(type, path) && q4_lanes_handles(type)) {
+        packed.resize(lane_pack_bytes(type, n_w, k / kQ8Block));
+        lane_pack(type, weights.data(), row, n_w, k / kQ8Block, packed.data());
+        layouts.push_back(packed.data());
+    }
+    for (const uint8_t * lanes : layouts) {
+        for (int64_t rows : {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 16, 22, 33}) {
+            std::vector<float> got((size_t) (rows * n_w));
+            dot_rows(DotRowsJob{type, weights.data(), row, (const uint8_t *) act_values.data(),
+                                (size_t) k * sizeof(float), act_type, k / ggml_blck_size(type), rows, got.data(), n_w},
+                     0, n_w, path, lanes);
+            for (int64_t a = 0; a < rows; ++a) {
+                for (int64_t w = 0; w < n_w; ++w) {
+                    float want;
+                    if (block_order(type, path)) {
+                        want = (k_block_order_handles(type) ? k_block_order_dot : q8_block_order_dot)(
+                            type, weights.data() + w * row, acts.data() + a * act_row, k / ggml_blck_size(type));
+                    } else {
+                        traits->vec_dot((int) k, &want, 0, weights.data() + w * row, 0, acts.data() + a * act_row, 0,
+                                        1);
+                    }
+                    if (std::memcmp(&want, &got[a * n_w + w], sizeof(float)) != 0) return false;
                 }
-                if (std::memcmp(&want, &got[a * n_w + w], sizeof(float)) != 0) return false;
             }
         }
     }
@@ -274,7 +292,7 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
 }
 
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask,
-                          QuantizedActs * shared) {
+                          QuantizedActs * shared, LanePacks * packs) {
     const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
                         x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
                         row_kernel_usable(w->type, path);
@@ -282,8 +300,9 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
     const bool masked = attention_mask_fits(mask, w->ne[1], x->ne[1]);
     ggml_tensor * quantized = shared && x->ne[2] == 1 ? shared->get(ctx, x, activation_type(w->type)) : nullptr;
     // the kernels quantize x's rows as ggml_mul_mat does, or read them quantized
-    ggml_tensor * args[4] = {w, x, quantized, masked ? mask : nullptr};
-    ggml_tensor * product = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 4, dot_rows_op,
+    ggml_tensor * packed = packs && block_order(w->type, path) && !masked ? packs->get(w) : nullptr;
+    ggml_tensor * args[5] = {w, x, quantized, masked ? mask : nullptr, packed};
+    ggml_tensor * product = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 5, dot_rows_op,
                                            GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
     set_tag(product, {kTagMagic, TagKind::kernel, KernelOpId::dot_rows, (int32_t) path});
     return product;

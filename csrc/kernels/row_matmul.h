@@ -51,9 +51,14 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 // shared: where a graph's products of one x (q, k and v; gate and up) find x
 // quantized by one op for all of them, each row by one thread. Without it each
 // thread of each product quantizes every row itself.
+//
+// packs: where the model's weights packed for vnni-block's Q4_0 and Q4_1 are
+// kept (kernels/q4_lanes.h); w is packed there at its first product. Null: the
+// products read the stored weights.
 class QuantizedActs;
+class LanePacks;
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path,
-                          ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr);
+                          ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr, LanePacks * packs = nullptr);
 
 // On an RPC worker: points a product a client tagged (kernels/portable_op.h) at
 // this process's kernel. False for any other node, and for a path this host

@@ -64,7 +64,7 @@ struct ForwardGraph {
     // ggml_mul_mat's bits either way (kernels/row_matmul.h); mask: the one the
     // product is masked with next, whose -inf outputs need not be computed.
     ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) {
-        return row_mul_mat(ctx, weight, x, products_for(weight), mask, &quantized_acts);
+        return row_mul_mat(ctx, weight, x, products_for(weight), mask, &quantized_acts, w.lane_packs.get());
     }
     // The kernel path for ops on `t` (a weight, or a view of a cache): ggspec's
     // kernels are custom ops holding this process's function pointers, so a

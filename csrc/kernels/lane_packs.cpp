@@ -1,0 +1,78 @@
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "errors.h"
+#include "ggml-cpu.h"
+#include "kernels/q4_lanes.h"
+
+namespace ggspec {
+
+size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks) {
+    return (size_t) (n_rows / kLaneRows * n_blocks * lane_block_bytes(t));
+}
+
+void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out) {
+    const bool min = t == GGML_TYPE_Q4_1;
+    const size_t stored = min ? 20 : 18, qs = min ? 4 : 2;  // a stored block's bytes, where its nibbles start
+    const size_t header = min ? 64 : 32;                    // a packed block's d (and m)
+    for (int64_t g = 0; g < n_rows / kLaneRows; ++g) {
+        for (int64_t b = 0; b < n_blocks; ++b, out += lane_block_bytes(t)) {
+            for (int64_t r = 0; r < kLaneRows; ++r) {
+                const uint8_t * block = weights + (size_t) (g * kLaneRows + r) * row_bytes + (size_t) b * stored;
+                std::memcpy(out + 2 * r, block, 2);
+                if (min) std::memcpy(out + 32 + 2 * r, block + 2, 2);
+                for (int j = 0; j < 4; ++j) std::memcpy(out + header + 64 * j + 4 * r, block + qs + 4 * j, 4);
+            }
+        }
+    }
+}
+
+LanePacks::~LanePacks() {
+    for (const Pack & p : packs_) {
+        ggml_backend_buffer_free(p.buffer);
+        ggml_free(p.ctx);
+        ::munmap(p.memory, p.mapped);
+    }
+}
+
+ggml_tensor * LanePacks::get(const ggml_tensor * w) {
+    if (!q4_lanes_handles(w->type) || w->ne[1] < kLaneRows || w->ne[2] != 1 || w->ne[3] != 1 || !w->buffer ||
+        !ggml_backend_buffer_is_host(w->buffer) || w->nb[1] != ggml_row_size(w->type, w->ne[0])) {
+        return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const Pack & p : packs_) {
+        if (p.weight == w) return p.packed;
+    }
+    const int64_t n_blocks = w->ne[0] / ggml_blck_size(w->type);
+    const size_t bytes = lane_pack_bytes(w->type, w->ne[1], n_blocks);
+    // Private memory from a huge page's boundary, for the kernel to back with
+    // huge pages where it may (MADV_HUGEPAGE) as it does a copy of the weights.
+    constexpr size_t kHugePage = size_t(2) << 20;
+    const size_t mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage + kHugePage;
+    void * memory = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (memory == MAP_FAILED) {
+        throw AllocationError("cannot allocate " + std::to_string(bytes >> 20) + " MiB to repack '" + ggml_get_name(w) +
+                              "' for row_kernels='vnni-block': " + std::strerror(errno));
+    }
+    auto * data = (uint8_t *) (((uintptr_t) memory + kHugePage - 1) & ~(uintptr_t) (kHugePage - 1));
+#ifdef MADV_HUGEPAGE
+    ::madvise(data, mapped - (size_t) (data - (uint8_t *) memory), MADV_HUGEPAGE);
+#endif
+    lane_pack(w->type, (const uint8_t *) w->data, w->nb[1], w->ne[1], n_blocks, data);
+    ggml_init_params params{ggml_tensor_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * packed = ggml_new_tensor_1d(ctx, GGML_TYPE_I8, (int64_t) bytes);
+    ggml_set_name(packed, (std::string(ggml_get_name(w)) + ".lanes").c_str());
+    ggml_backend_buffer_t buffer = ggml_backend_cpu_buffer_from_ptr(data, bytes);
+    ggml_backend_buffer_set_usage(buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    ggml_backend_tensor_alloc(buffer, packed, data);
+    packs_.push_back({w, ctx, buffer, memory, mapped, packed});
+    bytes_ += bytes;
+    return packed;
+}
+
+}  // namespace ggspec

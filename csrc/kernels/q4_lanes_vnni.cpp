@@ -1,0 +1,144 @@
+// The block order's Q4_0 and Q4_1 products from weights packed 16 rows to a
+// register (q4_lanes.h), on AVX512-VNNI.
+#include "kernels/q4_lanes.h"
+#include "kernels/q8_dot_rows.h"
+
+#if GGSPEC_X86_KERNEL
+
+namespace ggspec {
+namespace {
+
+// Groups taken at a time against each 8 activation rows: the four stay in L1
+// and L2 while the rows pass over them (a prefill chunk's 64 rows in 8 passes).
+constexpr int64_t kGroupSpan = 4;
+constexpr int kRowsAtOnce = 8;  // activation rows a tile takes; each keeps 2 accumulators in registers
+// How far ahead of the block being multiplied the packed stream is requested.
+constexpr int64_t kPackAhead = 6144;
+
+inline int32_t load_i32(const uint8_t * p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return v;
+}
+
+// A chunk's activation rows [a0, a0 + n) as the tiles read them: each row's
+// blocks where quantize_acts put them, and per (block b, row a) at b * n + a
+// its d in F32 and for Q4_1 its s, for Q4_0 -8 times the sum of its values
+// (which turns the unsigned nibbles' dot back into the values').
+struct LaneActs {
+    ActRows rows;
+    int64_t n;
+    const float * d;
+    const float * s;
+    const int32_t * correction;
+};
+
+// One group's 16 weight rows against NA activation rows from a: dst[a *
+// stride + lane] for each lane, in the block order.
+template <ggml_type T, int NA>
+GGSPEC_AVX512 void lanes_tile(const uint8_t * group, int64_t nb, const LaneActs & acts, int64_t a, float * dst,
+                              int64_t stride) {
+    constexpr bool Min = T == GGML_TYPE_Q4_1;
+    constexpr int64_t kBlock = Min ? 64 + 256 : 32 + 256, kActBlock = Min ? 36 : 34, kValues = Min ? 4 : 2;
+    __m512 acc[NA], mins[NA];
+#pragma GCC unroll 8
+    for (int i = 0; i < NA; ++i) acc[i] = mins[i] = _mm512_setzero_ps();
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t * block = group + b * kBlock;
+#pragma GCC unroll 5
+        for (int64_t line = 0; line < kBlock; line += 64) __builtin_prefetch(block + kPackAhead + line, 0, 3);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) block));
+        const __m512 m = Min ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (block + 32))) : d;
+        const uint8_t * qs = block + (Min ? 64 : 32);
+        __m512i w[8];  // values 4j..4j+3 of each row in w[j], 16 + 4j.. in w[j + 4]
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+            const __m512i q = _mm512_loadu_si512(qs + 64 * j);
+            w[j] = _mm512_and_si512(q, low);
+            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+            in_register(w[j]);
+            in_register(w[j + 4]);
+        }
+#pragma GCC unroll 8
+        for (int i = 0; i < NA; ++i) {
+            const uint8_t * y = acts.rows.row(a + i) + b * kActBlock + kValues;
+            const int64_t at = b * acts.n + (a + i - acts.rows.first);
+            // two chains of dpbusd's latency
+            __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(load_i32(y)));
+            __m512i s1 = _mm512_dpbusd_epi32(Min ? _mm512_setzero_si512() : _mm512_set1_epi32(acts.correction[at]),
+                                             w[4], _mm512_set1_epi32(load_i32(y + 16)));
+#pragma GCC unroll 3
+            for (int j = 1; j < 4; ++j) {
+                s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(y + 4 * j)));
+                s1 = _mm512_dpbusd_epi32(s1, w[j + 4], _mm512_set1_epi32(load_i32(y + 16 + 4 * j)));
+            }
+            const __m512 dot = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(acts.d[at])), dot, acc[i]);
+            if constexpr (Min) mins[i] = _mm512_fmadd_ps(m, _mm512_set1_ps(acts.s[at]), mins[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NA; ++i) _mm512_storeu_ps(dst + (a + i) * stride, Min ? _mm512_add_ps(acc[i], mins[i]) : acc[i]);
+}
+
+// Groups [g, g_end) against activation rows [a, a + left), left <= NA.
+template <ggml_type T, int NA>
+GGSPEC_AVX512 void lanes_rows(const uint8_t * packed, int64_t nb, int64_t g, int64_t g_end, const LaneActs & acts,
+                              int64_t a, int64_t left, float * dst, int64_t stride) {
+    if constexpr (NA > 1) {
+        if (left < NA) return lanes_rows<T, NA - 1>(packed, nb, g, g_end, acts, a, left, dst, stride);
+    }
+    for (; g < g_end; ++g) {
+        lanes_tile<T, NA>(packed + g * nb * lane_block_bytes(T), nb, acts, a, dst + g * kLaneRows, stride);
+    }
+}
+
+template <ggml_type T>
+GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int64_t g_begin, int64_t g_end) {
+    constexpr bool Min = T == GGML_TYPE_Q4_1;
+    const int64_t nb = job.n_blocks;
+    Buffer<float> & scales = thread_buffer<float, 4>();
+    Buffer<int32_t> & correction = thread_buffer<int32_t, 4>();
+    for (int64_t a0 = 0; a0 < job.n_acts; a0 += kActChunk) {
+        const int64_t a_end = std::min(job.n_acts, a0 + kActChunk), n = a_end - a0;
+        const ActRows rows = quantize_acts(job, a0, a_end);
+        scales.resize((size_t) (2 * n * nb));
+        if (!Min) correction.resize((size_t) (n * nb));
+        for (int64_t a = 0; a < n; ++a) {
+            for (int64_t b = 0; b < nb; ++b) {
+                const uint8_t * block = rows.row(a0 + a) + b * (Min ? 36 : 34);
+                scales[(size_t) (b * n + a)] = _cvtsh_ss(load_u16(block));
+                if constexpr (Min) {
+                    scales[(size_t) (n * nb + b * n + a)] = _cvtsh_ss(load_u16(block + 2));
+                } else {
+                    const __m256i y = _mm256_loadu_si256((const __m256i *) (block + 2));
+                    const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), y);
+                    correction[(size_t) (b * n + a)] = -8 * sum_int_lanes(sums);
+                }
+            }
+        }
+        const LaneActs acts{rows, n, scales.data(), scales.data() + n * nb, correction.data()};
+        for (int64_t g = g_begin; g < g_end; g += kGroupSpan) {
+            for (int64_t a = a0; a < a_end; a += kRowsAtOnce) {
+                lanes_rows<T, kRowsAtOnce>(packed, nb, g, std::min(g_end, g + kGroupSpan), acts, a,
+                                           std::min<int64_t>(kRowsAtOnce, a_end - a), job.dst, job.dst_stride);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void q4_lanes_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end) {
+    const int64_t whole = w_begin % kLaneRows ? w_begin : std::max(w_begin, w_end / kLaneRows * kLaneRows);
+    if (whole > w_begin) {
+        (job.weight_type == GGML_TYPE_Q4_1 ? lanes_job<GGML_TYPE_Q4_1> : lanes_job<GGML_TYPE_Q4_0>)(
+            job, packed, w_begin / kLaneRows, whole / kLaneRows);
+    }
+    if (whole < w_end) q8_block_order_vnni(job, whole, w_end);
+}
+
+}  // namespace ggspec
+
+#endif  // GGSPEC_X86_KERNEL
