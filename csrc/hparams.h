@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ggml.h"
-#include "kernels/q4_lanes.h"
+#include "kernels/lane_packs.h"
 
 namespace ggspec {
 
@@ -188,7 +188,7 @@ struct ModelWeights {
     std::vector<LayerWeights> layers;
     NextnWeights nextn;  // a draft head's; unset in a trunk
     // Copies of weights in another layout for the path vnni-block, made at
-    // their first product (kernels/q4_lanes.h), shared by every graph of these weights.
+    // their first product (kernels/lane_packs.h), shared by every graph of these weights.
     std::shared_ptr<LanePacks> lane_packs = std::make_shared<LanePacks>();
 };
 

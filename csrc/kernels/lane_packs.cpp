@@ -6,7 +6,7 @@
 
 #include "errors.h"
 #include "ggml-cpu.h"
-#include "kernels/q4_lanes.h"
+#include "kernels/lane_packs.h"
 
 namespace ggspec {
 
@@ -15,16 +15,19 @@ size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks) {
 }
 
 void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out) {
-    const bool min = t == GGML_TYPE_Q4_1;
-    const size_t stored = min ? 20 : 18, qs = min ? 4 : 2;  // a stored block's bytes, where its nibbles start
-    const size_t header = min ? 64 : 32;                    // a packed block's d (and m)
+    // a stored block (ggml-common.h): d, then m, then qh[4], then qs[16]
+    const size_t m = 2, qh = lane_has_min(t) ? 4 : 2, qs = qh + (lane_has_fifth(t) ? 4 : 0);
+    const size_t stored = qs + 16;
     for (int64_t g = 0; g < n_rows / kLaneRows; ++g) {
         for (int64_t b = 0; b < n_blocks; ++b, out += lane_block_bytes(t)) {
             for (int64_t r = 0; r < kLaneRows; ++r) {
                 const uint8_t * block = weights + (size_t) (g * kLaneRows + r) * row_bytes + (size_t) b * stored;
-                std::memcpy(out + 2 * r, block, 2);
-                if (min) std::memcpy(out + 32 + 2 * r, block + 2, 2);
-                for (int j = 0; j < 4; ++j) std::memcpy(out + header + 64 * j + 4 * r, block + qs + 4 * j, 4);
+                uint8_t * at = out;
+                std::memcpy(at + 2 * r, block, 2);
+                at += 32;
+                if (lane_has_min(t)) std::memcpy(at + 2 * r, block + m, 2), at += 32;
+                if (lane_has_fifth(t)) std::memcpy(at + 4 * r, block + qh, 4), at += 64;
+                for (int j = 0; j < 4; ++j) std::memcpy(at + 64 * j + 4 * r, block + qs + 4 * j, 4);
             }
         }
     }
@@ -39,7 +42,7 @@ LanePacks::~LanePacks() {
 }
 
 ggml_tensor * LanePacks::get(const ggml_tensor * w) {
-    if (!q4_lanes_handles(w->type) || w->ne[1] < kLaneRows || w->ne[2] != 1 || w->ne[3] != 1 || !w->buffer ||
+    if (!lane_packs_handle(w->type) || w->ne[1] < kLaneRows || w->ne[2] != 1 || w->ne[3] != 1 || !w->buffer ||
         !ggml_backend_buffer_is_host(w->buffer) || w->nb[1] != ggml_row_size(w->type, w->ne[0])) {
         return nullptr;
     }

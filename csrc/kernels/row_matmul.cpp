@@ -17,7 +17,7 @@
 #include "kernels/k_dot_rows.h"
 #include "kernels/mask_span.h"
 #include "kernels/one_row_dot.h"
-#include "kernels/q4_lanes.h"
+#include "kernels/lane_packs.h"
 #include "kernels/portable_op.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
@@ -25,7 +25,7 @@
 namespace ggspec {
 namespace {
 
-// A multiple of every kernel's weight tile, and of a packed group (q4_lanes.h).
+// A multiple of every kernel's weight tile, and of a packed group (lane_packs.h).
 constexpr int64_t kWeightRowAlign = kLaneRows;
 
 // The paths, as the custom op's userdata.
@@ -45,11 +45,11 @@ bool block_order(ggml_type type, RowKernels path) {
 
 // The kernel for a weight type: halves, 32-value blocks or the K-quants' 256;
 // for one activation row in vec_dot's order, vec_dot itself. packed: the
-// weights' copy 16 rows to a register (q4_lanes.h), or null.
+// weights' copy 16 rows to a register (lane_packs.h), or null.
 void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path, const uint8_t * packed) {
 #if GGSPEC_X86_KERNEL
     if (block_order(job.weight_type, path) && packed) {
-        q4_lanes_vnni(job, packed, w_begin, w_end);
+        lane_dot_rows_vnni(job, packed, w_begin, w_end);
     } else if (block_order(job.weight_type, path)) {
         (k_block_order_handles(job.weight_type) ? k_block_order_vnni : q8_block_order_vnni)(job, w_begin, w_end);
     } else if (job.n_acts == 1) {
@@ -185,7 +185,7 @@ bool same_products(ggml_type type, RowKernels path, int64_t k) {
     // (a group of 16 rows, then 11 from the stored ones).
     std::vector<uint8_t> packed;
     std::vector<const uint8_t *> layouts{nullptr};
-    if (block_order(type, path) && q4_lanes_handles(type)) {
+    if (block_order(type, path) && lane_packs_handle(type)) {
         packed.resize(lane_pack_bytes(type, n_w, k / kQ8Block));
         lane_pack(type, weights.data(), row, n_w, k / kQ8Block, packed.data());
         layouts.push_back(packed.data());

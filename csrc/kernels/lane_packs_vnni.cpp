@@ -1,6 +1,6 @@
-// The block order's Q4_0 and Q4_1 products from weights packed 16 rows to a
-// register (q4_lanes.h), on AVX512-VNNI.
-#include "kernels/q4_lanes.h"
+// The block order's Q4_0, Q4_1, Q5_0 and Q5_1 products from weights packed 16
+// rows to a register (lane_packs.h), on AVX512-VNNI.
+#include "kernels/lane_packs.h"
 #include "kernels/q8_dot_rows.h"
 
 #if GGSPEC_X86_KERNEL
@@ -23,8 +23,8 @@ inline int32_t load_i32(const uint8_t * p) {
 
 // A chunk's activation rows [a0, a0 + n) as the tiles read them: each row's
 // blocks where quantize_acts put them, and per (block b, row a) at b * n + a
-// its d in F32 and for Q4_1 its s, for Q4_0 -8 times the sum of its values
-// (which turns the unsigned nibbles' dot back into the values').
+// its d in F32 and with a min its s, else the sum of its values times -8 (Q4_0)
+// or -16 (Q5_0), which turns the unsigned values' dot back into the signed ones'.
 struct LaneActs {
     ActRows rows;
     int64_t n;
@@ -33,30 +33,46 @@ struct LaneActs {
     const int32_t * correction;
 };
 
+// Q5's fifth bits for values 4j..4j+3 (or 16 + 4j.., high) of the 16 rows: a
+// byte shuffle copies the qh byte that holds them to each of the 4 value bytes
+// of its lane, and a test of one bit a byte makes the mask of bytes to add 16 to.
+GGSPEC_AVX512 inline __mmask64 fifth_bits(__m512i qh, int j, bool high) {
+    const int32_t byte = (high ? 2 : 0) + j / 2;
+    const __m128i from = _mm_setr_epi32(byte * 0x01010101, (4 + byte) * 0x01010101, (8 + byte) * 0x01010101,
+                                        (12 + byte) * 0x01010101);
+    const int32_t bits = j % 2 ? (int32_t) 0x80402010 : 0x08040201;  // byte k tests bit 4 * (j % 2) + k
+    return _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, _mm512_broadcast_i32x4(from)), _mm512_set1_epi32(bits));
+}
+
 // One group's 16 weight rows against NA activation rows from a: dst[a *
 // stride + lane] for each lane, in the block order.
 template <ggml_type T, int NA>
 GGSPEC_AVX512 void lanes_tile(const uint8_t * group, int64_t nb, const LaneActs & acts, int64_t a, float * dst,
                               int64_t stride) {
-    constexpr bool Min = T == GGML_TYPE_Q4_1;
-    constexpr int64_t kBlock = Min ? 64 + 256 : 32 + 256, kActBlock = Min ? 36 : 34, kValues = Min ? 4 : 2;
+    constexpr bool Min = lane_has_min(T), Fifth = lane_has_fifth(T);
+    constexpr int64_t kBlock = lane_block_bytes(T), kActBlock = Min ? 36 : 34, kValues = Min ? 4 : 2;
     __m512 acc[NA], mins[NA];
 #pragma GCC unroll 8
     for (int i = 0; i < NA; ++i) acc[i] = mins[i] = _mm512_setzero_ps();
-    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i low = _mm512_set1_epi8(0x0F), fifth = _mm512_set1_epi8(0x10);
     for (int64_t b = 0; b < nb; ++b) {
         const uint8_t * block = group + b * kBlock;
-#pragma GCC unroll 5
+#pragma GCC unroll 6
         for (int64_t line = 0; line < kBlock; line += 64) __builtin_prefetch(block + kPackAhead + line, 0, 3);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) block));
         const __m512 m = Min ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (block + 32))) : d;
-        const uint8_t * qs = block + (Min ? 64 : 32);
+        const __m512i qh = Fifth ? _mm512_loadu_si512(block + 32 + (Min ? 32 : 0)) : low;
+        const uint8_t * qs = block + lane_header_bytes(T);
         __m512i w[8];  // values 4j..4j+3 of each row in w[j], 16 + 4j.. in w[j + 4]
 #pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) {
             const __m512i q = _mm512_loadu_si512(qs + 64 * j);
             w[j] = _mm512_and_si512(q, low);
             w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+            if constexpr (Fifth) {
+                w[j] = _mm512_mask_add_epi8(w[j], fifth_bits(qh, j, false), w[j], fifth);
+                w[j + 4] = _mm512_mask_add_epi8(w[j + 4], fifth_bits(qh, j, true), w[j + 4], fifth);
+            }
             in_register(w[j]);
             in_register(w[j + 4]);
         }
@@ -96,7 +112,8 @@ GGSPEC_AVX512 void lanes_rows(const uint8_t * packed, int64_t nb, int64_t g, int
 
 template <ggml_type T>
 GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int64_t g_begin, int64_t g_end) {
-    constexpr bool Min = T == GGML_TYPE_Q4_1;
+    constexpr bool Min = lane_has_min(T);
+    constexpr int32_t kOffset = lane_has_fifth(T) ? -16 : -8;  // the signed values' offset from the unsigned ones
     const int64_t nb = job.n_blocks;
     Buffer<float> & scales = thread_buffer<float, 4>();
     Buffer<int32_t> & correction = thread_buffer<int32_t, 4>();
@@ -114,7 +131,7 @@ GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int
                 } else {
                     const __m256i y = _mm256_loadu_si256((const __m256i *) (block + 2));
                     const __m256i sums = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), y);
-                    correction[(size_t) (b * n + a)] = -8 * sum_int_lanes(sums);
+                    correction[(size_t) (b * n + a)] = kOffset * sum_int_lanes(sums);
                 }
             }
         }
@@ -130,11 +147,16 @@ GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int
 
 }  // namespace
 
-void q4_lanes_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end) {
+void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end) {
     const int64_t whole = w_begin % kLaneRows ? w_begin : std::max(w_begin, w_end / kLaneRows * kLaneRows);
     if (whole > w_begin) {
-        (job.weight_type == GGML_TYPE_Q4_1 ? lanes_job<GGML_TYPE_Q4_1> : lanes_job<GGML_TYPE_Q4_0>)(
-            job, packed, w_begin / kLaneRows, whole / kLaneRows);
+        const int64_t g_begin = w_begin / kLaneRows, g_end = whole / kLaneRows;
+        switch (job.weight_type) {
+            case GGML_TYPE_Q4_0: lanes_job<GGML_TYPE_Q4_0>(job, packed, g_begin, g_end); break;
+            case GGML_TYPE_Q4_1: lanes_job<GGML_TYPE_Q4_1>(job, packed, g_begin, g_end); break;
+            case GGML_TYPE_Q5_0: lanes_job<GGML_TYPE_Q5_0>(job, packed, g_begin, g_end); break;
+            default: lanes_job<GGML_TYPE_Q5_1>(job, packed, g_begin, g_end); break;
+        }
     }
     if (whole < w_end) q8_block_order_vnni(job, whole, w_end);
 }

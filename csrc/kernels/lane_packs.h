@@ -1,0 +1,74 @@
+#pragma once
+// Q4_0, Q4_1, Q5_0 and Q5_1 weights repacked 16 rows to a register, for the
+// block order (path vnni-block; q8_dot_rows.h). The block order takes each
+// block's integer dot whole, so its rows can sit in lanes: a 16-lane dpbusd
+// multiplies 16 weight rows' dword of values by one activation dword broadcast
+// from memory, and one cvt, one vmulps and one FMA (two with a min) finish a
+// block of 16 outputs. The stored layout keeps a row's blocks together; then
+// the kernel spends a broadcast per dpbusd to spread one row's dword across an
+// activation group's lanes, and a cvt and an FMA per 8 outputs. The same
+// bits: every output takes the block order's steps in its order.
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "kernels/dot_rows.h"
+
+namespace ggspec {
+
+constexpr int64_t kLaneRows = 16;  // weight rows a packed group holds, one per lane
+
+inline bool lane_packs_handle(ggml_type t) {
+    return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1;
+}
+
+// A packed group's block: the 16 rows' d (then, for Q4_1 and Q5_1, m) in F16;
+// for Q5_0 and Q5_1 their 32 fifth bits (qh), a dword a lane; then their 16
+// bytes of nibbles as 4 vectors, vector j lane r holding row r's bytes
+// 4j..4j+3. Group g's blocks follow one another; whole groups only.
+constexpr bool lane_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
+constexpr bool lane_has_fifth(ggml_type t) { return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1; }
+constexpr int64_t lane_header_bytes(ggml_type t) { return 32 + (lane_has_min(t) ? 32 : 0) + (lane_has_fifth(t) ? 64 : 0); }
+constexpr int64_t lane_block_bytes(ggml_type t) { return lane_header_bytes(t) + 256; }
+size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks);
+void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out);
+
+// Weight rows [w_begin, w_end) against every activation row in the block
+// order: the whole groups from their packed copy, the rows after the last one
+// by q8_block_order_vnni from the stored weights. w_begin a multiple of 16.
+void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end);
+
+// The packed copies of a model's weights, made at a graph's first use of each
+// and kept while the model is (in private memory: the file's pages stay as
+// they are, and are no longer read by these products).
+class LanePacks {
+public:
+    LanePacks() = default;
+    LanePacks(const LanePacks &) = delete;
+    LanePacks & operator=(const LanePacks &) = delete;
+    ~LanePacks();
+    // w [k, n] packed (an I8 tensor), or null where w is not a matrix of 16
+    // rows or more of a type packed here (lane_packs_handle), in host memory.
+    ggml_tensor * get(const ggml_tensor * w);
+    size_t bytes() {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return bytes_;
+    }
+
+private:
+    struct Pack {
+        const ggml_tensor * weight;
+        ggml_context * ctx;
+        ggml_backend_buffer_t buffer;
+        void * memory;
+        size_t mapped;
+        ggml_tensor * packed;
+    };
+    std::mutex mutex_;
+    std::vector<Pack> packs_;
+    size_t bytes_ = 0;
+};
+
+}  // namespace ggspec
