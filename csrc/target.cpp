@@ -111,6 +111,7 @@ Target::Target(const std::string & path, const TargetOptions & opt) : opt_(opt) 
         file_->bind(dev_, [this](const std::string & name) { return placement_->remote_buft_of(name); },
                     host_weights);
     }
+    w_.lane_packs->drop_file_pages(host_weights == HostWeights::mapped);
     if (opt_.graph_budget_bytes == 0) opt_.graph_budget_bytes = auto_graph_budget(file_->weight_bytes());
     max_verify_rows_ = opt.max_verify_rows;
     if (hp_.has_recurrent()) {

@@ -1,4 +1,4 @@
-// The block order's Q4_0, Q4_1, Q5_0 and Q5_1 products from weights packed 16
+// The block order's Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 products from weights packed 16
 // rows to a register (lane_packs.h), on AVX512-VNNI.
 #include "kernels/lane_packs.h"
 #include "kernels/q8_dot_rows.h"
@@ -23,8 +23,9 @@ inline int32_t load_i32(const uint8_t * p) {
 
 // A chunk's activation rows [a0, a0 + n) as the tiles read them: each row's
 // blocks where quantize_acts put them, and per (block b, row a) at b * n + a
-// its d in F32 and with a min its s, else the sum of its values times -8 (Q4_0)
-// or -16 (Q5_0), which turns the unsigned values' dot back into the signed ones'.
+// its d in F32 and with a min its s, else the sum of its values times -8 (Q4_0),
+// -16 (Q5_0) or -128 (Q8_0), which turns the unsigned values' dot back into
+// the signed ones'.
 struct LaneActs {
     ActRows rows;
     int64_t n;
@@ -64,17 +65,25 @@ GGSPEC_AVX512 void lanes_tile(const uint8_t * group, int64_t nb, const LaneActs 
         const __m512i qh = Fifth ? _mm512_loadu_si512(block + 32 + (Min ? 32 : 0)) : low;
         const uint8_t * qs = block + lane_header_bytes(T);
         __m512i w[8];  // values 4j..4j+3 of each row in w[j], 16 + 4j.. in w[j + 4]
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) {
-            const __m512i q = _mm512_loadu_si512(qs + 64 * j);
-            w[j] = _mm512_and_si512(q, low);
-            w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
-            if constexpr (Fifth) {
-                w[j] = _mm512_mask_add_epi8(w[j], fifth_bits(qh, j, false), w[j], fifth);
-                w[j + 4] = _mm512_mask_add_epi8(w[j + 4], fifth_bits(qh, j, true), w[j + 4], fifth);
+        if constexpr (T == GGML_TYPE_Q8_0) {
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {
+                w[j] = _mm512_loadu_si512(qs + 64 * j);
+                in_register(w[j]);
             }
-            in_register(w[j]);
-            in_register(w[j + 4]);
+        } else {
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; ++j) {
+                const __m512i q = _mm512_loadu_si512(qs + 64 * j);
+                w[j] = _mm512_and_si512(q, low);
+                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+                if constexpr (Fifth) {
+                    w[j] = _mm512_mask_add_epi8(w[j], fifth_bits(qh, j, false), w[j], fifth);
+                    w[j + 4] = _mm512_mask_add_epi8(w[j + 4], fifth_bits(qh, j, true), w[j + 4], fifth);
+                }
+                in_register(w[j]);
+                in_register(w[j + 4]);
+            }
         }
 #pragma GCC unroll 8
         for (int i = 0; i < NA; ++i) {
@@ -113,7 +122,7 @@ GGSPEC_AVX512 void lanes_rows(const uint8_t * packed, int64_t nb, int64_t g, int
 template <ggml_type T>
 GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int64_t g_begin, int64_t g_end) {
     constexpr bool Min = lane_has_min(T);
-    constexpr int32_t kOffset = lane_has_fifth(T) ? -16 : -8;  // the signed values' offset from the unsigned ones
+    constexpr int32_t kOffset = T == GGML_TYPE_Q8_0 ? -128 : lane_has_fifth(T) ? -16 : -8;  // signed less unsigned
     const int64_t nb = job.n_blocks;
     Buffer<float> & scales = thread_buffer<float, 4>();
     Buffer<int32_t> & correction = thread_buffer<int32_t, 4>();
@@ -155,6 +164,7 @@ void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t 
             case GGML_TYPE_Q4_0: lanes_job<GGML_TYPE_Q4_0>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q4_1: lanes_job<GGML_TYPE_Q4_1>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q5_0: lanes_job<GGML_TYPE_Q5_0>(job, packed, g_begin, g_end); break;
+            case GGML_TYPE_Q8_0: lanes_job<GGML_TYPE_Q8_0>(job, packed, g_begin, g_end); break;
             default: lanes_job<GGML_TYPE_Q5_1>(job, packed, g_begin, g_end); break;
         }
     }
