@@ -177,3 +177,22 @@ def test_the_path_is_chosen_and_reported(tiny_model):
         ggspec.load(path, n_ctx=64, row_kernels="sse")
     with pytest.raises(TypeError, match="row_kernels"):
         ggspec.load(path, n_ctx=64, row_kernels=1)
+
+
+@pytest.mark.parametrize("dtype", ["q4_1", "q8_0"])
+def test_packed_weights_keep_the_files_bits(tiny_model, dtype):
+    """vnni-block packs these types (kernels/lane_packs.h) and, on the file's
+    mapping, drops the pages under them; the embedding lookup of the tied
+    Q8_0 matrix then reads its rows back from the file. A copy in private
+    memory (mmap=False) must keep its pages: the two give the same bits, steps
+    after the packs included."""
+    if "vnni-block" not in _core.row_kernel_paths():
+        pytest.skip("this CPU does not run the vnni kernels")
+    path = tiny_model("llama", dtype)
+    mapped, copied = (ggspec.load(path, n_ctx=256, n_threads=2, row_kernels="vnni-block", mmap=m) for m in (True, False))
+    rng = np.random.default_rng(9)
+    prompt = rng.integers(3, mapped.n_vocab, size=40).tolist()
+    assert_same_forward(mapped, copied, prompt, "a prefill", all_logits=True)
+    assert mapped.packed_weight_bytes > 0 and copied.packed_weight_bytes == mapped.packed_weight_bytes
+    for token in rng.integers(3, mapped.n_vocab, size=6).tolist():
+        assert_same_forward(mapped, copied, [token], "a step after the packs")
