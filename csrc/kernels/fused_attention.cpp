@@ -86,16 +86,18 @@ void attend_pairs(ggml_tensor * dst, int64_t r0, int64_t rows, int64_t p_lo, int
     // output it would have skipped is finite (F16 keys and queries), and the
     // mask's -inf zeroes it the same.
     const bool one_head = p_lo / rows == (p_hi - 1) / rows;
+    const int64_t mask_stride = one_head ? (int64_t) (mask->nb[1] / sizeof(float)) : 0;
     const DotRowsJob scores{GGML_TYPE_F16, at(k, lo, kv_head), k->nb[1], (const uint8_t *) queries.data(),
                             (size_t) hd * sizeof(float), GGML_TYPE_F16, hd, n_acts, kq.data(), n,
-                            one_head ? mask_row(p_lo) + lo : nullptr, one_head ? (int64_t) (mask->nb[1] / sizeof(float)) : 0};
+                            one_head ? mask_row(p_lo) + lo : nullptr, mask_stride};
     half_dot_rows(scores, 0, n, avx512);
     for (int64_t p = p_lo; p < p_hi; ++p) {
         const int64_t i = p - p_lo;
         soft_max_row(kq.data() + i * n, mask_row(p) + lo, probs.data() + i * n, n, par.scale);
     }
     const DotRowsJob values{GGML_TYPE_F16, (const ggml_fp16_t *) at(v, 0, kv_head) + lo, v->nb[1],
-                            (const uint8_t *) probs.data(), n * sizeof(float), GGML_TYPE_F16, n, n_acts, out.data(), hd};
+                            (const uint8_t *) probs.data(), n * sizeof(float), GGML_TYPE_F16, n, n_acts, out.data(),
+                            hd};
     half_dot_rows(values, 0, hd, avx512);
     for (int64_t p = p_lo; p < p_hi; ++p) {
         float * row = (float *) ((char *) dst->data + (r0 + p % rows) * dst->nb[1]) + (p / rows) * hd;

@@ -16,7 +16,8 @@ size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks) {
     return (size_t) (n_rows / kLaneRows * n_blocks * lane_block_bytes(t));
 }
 
-void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out) {
+void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks,
+               uint8_t * out) {
     // a stored block (ggml-common.h): d, then m, then qh[4], then qs[16]
     const size_t m = 2, qh = lane_has_min(t) ? 4 : 2, qs = qh + (lane_has_fifth(t) ? 4 : 0);
     const size_t stored = t == GGML_TYPE_Q8_0 ? 34 : qs + 16;

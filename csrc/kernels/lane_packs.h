@@ -1,6 +1,6 @@
 #pragma once
-// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights repacked 16 rows to a register, for the
-// block order (path vnni-block; q8_dot_rows.h). The block order takes each
+// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights repacked 16 rows to a register, for
+// the block order (path vnni-block; q8_dot_rows.h). The block order takes each
 // block's integer dot whole, so its rows can sit in lanes: a 16-lane dpbusd
 // multiplies 16 weight rows' dword of values by one activation dword broadcast
 // from memory, and one cvt, one vmulps and one FMA (two with a min) finish a
@@ -32,8 +32,12 @@ inline bool lane_packs_handle(ggml_type t) {
 // such vectors). Group g's blocks follow one another; whole groups only.
 constexpr bool lane_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
 constexpr bool lane_has_fifth(ggml_type t) { return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1; }
-constexpr int64_t lane_header_bytes(ggml_type t) { return 32 + (lane_has_min(t) ? 32 : 0) + (lane_has_fifth(t) ? 64 : 0); }
-constexpr int64_t lane_block_bytes(ggml_type t) { return lane_header_bytes(t) + (t == GGML_TYPE_Q8_0 ? 512 : 256); }
+constexpr int64_t lane_header_bytes(ggml_type t) {
+    return 32 + (lane_has_min(t) ? 32 : 0) + (lane_has_fifth(t) ? 64 : 0);
+}
+constexpr int64_t lane_block_bytes(ggml_type t) {
+    return lane_header_bytes(t) + (t == GGML_TYPE_Q8_0 ? 512 : 256);
+}
 size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks);
 void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out);
 
@@ -42,9 +46,8 @@ void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n
 // by q8_block_order_vnni from the stored weights. w_begin a multiple of 16.
 void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end);
 
-// The packed copies of a model's weights, made at a graph's first use of each
-// and kept while the model is (in private memory: the file's pages stay as
-// they are, and are no longer read by these products).
+// The packed copies of a model's weights in private memory, made at a graph's
+// first product of each and kept while the model is.
 class LanePacks {
 public:
     LanePacks() = default;

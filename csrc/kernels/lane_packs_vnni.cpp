@@ -104,7 +104,9 @@ GGSPEC_AVX512 void lanes_tile(const uint8_t * group, int64_t nb, const LaneActs 
         }
     }
 #pragma GCC unroll 8
-    for (int i = 0; i < NA; ++i) _mm512_storeu_ps(dst + (a + i) * stride, Min ? _mm512_add_ps(acc[i], mins[i]) : acc[i]);
+    for (int i = 0; i < NA; ++i) {
+        _mm512_storeu_ps(dst + (a + i) * stride, Min ? _mm512_add_ps(acc[i], mins[i]) : acc[i]);
+    }
 }
 
 // Groups [g, g_end) against activation rows [a, a + left), left <= NA.
