@@ -174,7 +174,7 @@ public:
     // Whether multi-row LM-head products run on ggspec's own kernel (kernels/row_matmul.h).
     bool lm_head_row_kernel() const;
     // Bytes of weights this target's graphs so far have packed for their kernels
-    // (kernels/lane_packs.h: Q4_0, Q4_1, Q5_0 and Q5_1 on vnni-block), beside the file's.
+    // (kernels/lane_packs.h: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K on vnni-block).
     size_t packed_weight_bytes() const { return w_.lane_packs->bytes(); }
     // The kernel path this target chose ("vnni", "avx2" or "off"); each weight
     // type runs on it where it has a kernel whose probe matched ggml's bits.

@@ -118,8 +118,8 @@ def test_block_order_rows_match_one_row_steps(tiny_model, arch, dtype):
     target.reset()
     steps = np.concatenate([target.spec_forward([token]).logits for token in prompt])
     assert_bits_equal(chunked, steps, "a chunked prefill's logits")
-    # Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 run packed 16 rows to a register (kernels/lane_packs.h); no other type is copied
-    assert (target.packed_weight_bytes > 0) == (dtype in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0")), target.packed_weight_bytes
+    # Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K run packed 16 rows to a register (kernels/lane_packs.h); no other type is copied
+    assert (target.packed_weight_bytes > 0) == (dtype in ("q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_k")), target.packed_weight_bytes
 
 
 @pytest.mark.slow

@@ -20,14 +20,30 @@ void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n
                uint8_t * out) {
     // a stored block (ggml-common.h): d, then m, then qh[4], then qs[16]
     const size_t m = 2, qh = lane_has_min(t) ? 4 : 2, qs = qh + (lane_has_fifth(t) ? 4 : 0);
-    const size_t stored = t == GGML_TYPE_Q8_0 ? 34 : qs + 16;
+    const size_t stored = t == GGML_TYPE_Q4_K ? 144 : t == GGML_TYPE_Q8_0 ? 34 : qs + 16;
     for (int64_t g = 0; g < n_rows / kLaneRows; ++g) {
         for (int64_t b = 0; b < n_blocks; ++b, out += lane_block_bytes(t)) {
             for (int64_t r = 0; r < kLaneRows; ++r) {
                 const uint8_t * block = weights + (size_t) (g * kLaneRows + r) * row_bytes + (size_t) b * stored;
+                if (t == GGML_TYPE_Q4_K) {  // d, dmin, scales[12], qs[128]
+                    std::memcpy(out + 2 * r, block, 2);
+                    std::memcpy(out + 32 + 2 * r, block + 2, 2);
+                    const uint8_t * q = block + 4;  // ggml's get_scale_min_k4
+                    for (int sub = 0; sub < 8; ++sub) {
+                        out[64 + 16 * sub + r] = sub < 4 ? q[sub] & 63 : (q[sub + 4] & 0xF) | (q[sub - 4] >> 6) << 4;
+                        out[192 + 16 * sub + r] = sub < 4 ? q[sub + 4] & 63 : (q[sub + 4] >> 4) | (q[sub] >> 6) << 4;
+                    }
+                    for (int v = 0; v < 32; ++v) std::memcpy(out + 320 + 64 * v + 4 * r, block + 16 + 4 * v, 4);
+                    continue;
+                }
                 if (t == GGML_TYPE_Q8_0) {  // d, then qs[32] as x + 128
                     std::memcpy(out + 2 * r, block, 2);
-                    for (int i = 0; i < 32; ++i) out[32 + 64 * (i / 4) + 4 * r + i % 4] = block[2 + i] ^ 0x80;
+                    for (int j = 0; j < 8; ++j) {
+                        uint32_t v;
+                        std::memcpy(&v, block + 2 + 4 * j, 4);
+                        v ^= 0x80808080u;
+                        std::memcpy(out + 32 + 64 * j + 4 * r, &v, 4);
+                    }
                     continue;
                 }
                 uint8_t * at = out;

@@ -1,6 +1,6 @@
 #pragma once
-// Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights repacked 16 rows to a register, for
-// the block order (path vnni-block; q8_dot_rows.h). The block order takes each
+// Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K weights repacked 16 rows to a register,
+// for the block orders (path vnni-block; q8_dot_rows.h, k_block_order.h). The block order takes each
 // block's integer dot whole, so its rows can sit in lanes: a 16-lane dpbusd
 // multiplies 16 weight rows' dword of values by one activation dword broadcast
 // from memory, and one cvt, one vmulps and one FMA (two with a min) finish a
@@ -22,28 +22,34 @@ constexpr int64_t kLaneRows = 16;  // weight rows a packed group holds, one per 
 
 inline bool lane_packs_handle(ggml_type t) {
     return t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1 ||
-           t == GGML_TYPE_Q8_0;
+           t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q4_K;
 }
 
 // A packed group's block: the 16 rows' d (then, for Q4_1 and Q5_1, m) in F16;
 // for Q5_0 and Q5_1 their 32 fifth bits (qh), a dword a lane; then their 16
 // bytes of nibbles as 4 vectors, vector j lane r holding row r's bytes
 // 4j..4j+3 (for Q8_0 its 32 values plus 128, as dpbusd's unsigned bytes, in 8
-// such vectors). Group g's blocks follow one another; whole groups only.
+// such vectors). A Q4_K block (256 values): the rows' d and dmin in F16, its 8
+// sub-blocks' 6-bit scales (sub-block s at 16 s, a byte a row), then their mins
+// likewise, then its 128 bytes of nibbles as 32 such vectors, pair i of
+// sub-blocks (2i in the low nibbles, 2i + 1 in the high ones) in vectors 8i..8i+7.
+// Group g's blocks follow one another; whole groups only.
 constexpr bool lane_has_min(ggml_type t) { return t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1; }
 constexpr bool lane_has_fifth(ggml_type t) { return t == GGML_TYPE_Q5_0 || t == GGML_TYPE_Q5_1; }
 constexpr int64_t lane_header_bytes(ggml_type t) {
+    if (t == GGML_TYPE_Q4_K) return 64 + 2 * 128;
     return 32 + (lane_has_min(t) ? 32 : 0) + (lane_has_fifth(t) ? 64 : 0);
 }
 constexpr int64_t lane_block_bytes(ggml_type t) {
-    return lane_header_bytes(t) + (t == GGML_TYPE_Q8_0 ? 512 : 256);
+    return lane_header_bytes(t) + (t == GGML_TYPE_Q4_K ? 2048 : t == GGML_TYPE_Q8_0 ? 512 : 256);
 }
 size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks);
 void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out);
 
 // Weight rows [w_begin, w_end) against every activation row in the block
 // order: the whole groups from their packed copy, the rows after the last one
-// by q8_block_order_vnni from the stored weights. w_begin a multiple of 16.
+// by q8_block_order_vnni or k_block_order_vnni from the stored weights.
+// w_begin a multiple of 16.
 void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end);
 
 // The packed copies of a model's weights in private memory, made at a graph's

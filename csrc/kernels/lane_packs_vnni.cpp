@@ -1,6 +1,7 @@
-// The block order's Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 products from weights packed 16
-// rows to a register (lane_packs.h), on AVX512-VNNI.
+// The block orders' Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K products from weights
+// packed 16 rows to a register (lane_packs.h), on AVX512-VNNI.
 #include "kernels/lane_packs.h"
+#include "kernels/k_block_order.h"
 #include "kernels/q8_dot_rows.h"
 
 #if GGSPEC_X86_KERNEL
@@ -109,6 +110,76 @@ GGSPEC_AVX512 void lanes_tile(const uint8_t * group, int64_t nb, const LaneActs 
     }
 }
 
+// Q4_K's 16 weight rows against NA activation rows, in its block order
+// (k_block_order.h): per block and lane S1, each sub-block's dot times its
+// scale (vpmulld), and S2, each sub-block's min times the activations' sum
+// over it (vpdpwssd of (min, min) pairs against (sum, sum) pairs); then
+// acc = fma(d_a * d, S1, acc), mins = fma(d_a * dmin, S2, mins).
+template <int NA>
+GGSPEC_AVX512 void k_lanes_tile(const uint8_t * group, int64_t nb, const LaneActs & acts, int64_t a, float * dst,
+                                int64_t stride) {
+    constexpr int64_t kBlock = lane_block_bytes(GGML_TYPE_Q4_K);
+    alignas(64) float acc[NA][kLaneRows] = {}, mins[NA][kLaneRows] = {};
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t * block = group + b * kBlock;
+        for (int64_t line = 0; line < kBlock; line += 64) __builtin_prefetch(block + kPackAhead + line, 0, 3);
+        const uint8_t * scales = block + 64, * qs = block + lane_header_bytes(GGML_TYPE_Q4_K);
+        __m512i s1[NA];
+#pragma GCC unroll 8
+        for (int i = 0; i < NA; ++i) s1[i] = _mm512_setzero_si512();
+        for (int sub = 0; sub < 8; ++sub) {
+            __m512i w[8];
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; ++j) {
+                const __m512i q = _mm512_loadu_si512(qs + 64 * (8 * (sub / 2) + j));
+                w[j] = _mm512_and_si512(sub % 2 ? _mm512_srli_epi16(q, 4) : q, low);
+                in_register(w[j]);
+            }
+            const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (scales + 16 * sub)));
+#pragma GCC unroll 8
+            for (int i = 0; i < NA; ++i) {
+                const uint8_t * y = acts.rows.row(a + i) + b * kQ8KBytes + 4 + 32 * sub;
+                __m512i even = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[0], _mm512_set1_epi32(load_i32(y)));
+                __m512i odd = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[1], _mm512_set1_epi32(load_i32(y + 4)));
+#pragma GCC unroll 3
+                for (int j = 2; j < 8; j += 2) {
+                    even = _mm512_dpbusd_epi32(even, w[j], _mm512_set1_epi32(load_i32(y + 4 * j)));
+                    odd = _mm512_dpbusd_epi32(odd, w[j + 1], _mm512_set1_epi32(load_i32(y + 4 * j + 4)));
+                }
+                s1[i] = _mm512_add_epi32(s1[i], _mm512_mullo_epi32(_mm512_add_epi32(even, odd), scale));
+            }
+        }
+        const uint8_t * min_bytes = block + 192;
+        __m512i min_pairs[4];  // lane r: row r's mins of sub-blocks 2p and 2p + 1 as 16-bit halves
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            const __m512i first = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (min_bytes + 32 * p)));
+            const __m512i second = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (min_bytes + 32 * p + 16)));
+            min_pairs[p] = _mm512_or_si512(first, _mm512_slli_epi32(second, 16));
+        }
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) block));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (block + 32)));
+#pragma GCC unroll 8
+        for (int i = 0; i < NA; ++i) {
+            const int64_t at = b * acts.n + (a + i - acts.rows.first);
+            __m512i s2 = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; ++p) {
+                s2 = _mm512_dpwssd_epi32(s2, min_pairs[p], _mm512_set1_epi32(acts.correction[4 * at + p]));
+            }
+            const __m512 d_a = _mm512_set1_ps(acts.d[at]);
+            const __m512 sum1 = _mm512_cvtepi32_ps(s1[i]), sum2 = _mm512_cvtepi32_ps(s2);
+            _mm512_store_ps(acc[i], _mm512_fmadd_ps(_mm512_mul_ps(d, d_a), sum1, _mm512_load_ps(acc[i])));
+            _mm512_store_ps(mins[i], _mm512_fmadd_ps(_mm512_mul_ps(dmin, d_a), sum2, _mm512_load_ps(mins[i])));
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NA; ++i) {
+        _mm512_storeu_ps(dst + (a + i) * stride, _mm512_sub_ps(_mm512_load_ps(acc[i]), _mm512_load_ps(mins[i])));
+    }
+}
+
 // Groups [g, g_end) against activation rows [a, a + left), left <= NA.
 template <ggml_type T, int NA>
 GGSPEC_AVX512 void lanes_rows(const uint8_t * packed, int64_t nb, int64_t g, int64_t g_end, const LaneActs & acts,
@@ -117,7 +188,12 @@ GGSPEC_AVX512 void lanes_rows(const uint8_t * packed, int64_t nb, int64_t g, int
         if (left < NA) return lanes_rows<T, NA - 1>(packed, nb, g, g_end, acts, a, left, dst, stride);
     }
     for (; g < g_end; ++g) {
-        lanes_tile<T, NA>(packed + g * nb * lane_block_bytes(T), nb, acts, a, dst + g * kLaneRows, stride);
+        const uint8_t * group = packed + g * nb * lane_block_bytes(T);
+        if constexpr (T == GGML_TYPE_Q4_K) {
+            k_lanes_tile<NA>(group, nb, acts, a, dst + g * kLaneRows, stride);
+        } else {
+            lanes_tile<T, NA>(group, nb, acts, a, dst + g * kLaneRows, stride);
+        }
     }
 }
 
@@ -132,9 +208,21 @@ GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int
         const int64_t a_end = std::min(job.n_acts, a0 + kActChunk), n = a_end - a0;
         const ActRows rows = quantize_acts(job, a0, a_end);
         scales.resize((size_t) (2 * n * nb));
-        if (!Min) correction.resize((size_t) (n * nb));
+        if (!Min) correction.resize((size_t) (n * nb * (T == GGML_TYPE_Q4_K ? 4 : 1)));
         for (int64_t a = 0; a < n; ++a) {
             for (int64_t b = 0; b < nb; ++b) {
+                if constexpr (T == GGML_TYPE_Q4_K) {  // d (F32), qs[256], bsums[16] (of 16 values each)
+                    const uint8_t * block = rows.row(a0 + a) + b * kQ8KBytes;
+                    std::memcpy(&scales[(size_t) (b * n + a)], block, 4);
+                    int16_t sums[16];
+                    std::memcpy(sums, block + 4 + 256, sizeof(sums));
+                    for (int p = 0; p < 4; ++p) {  // sub-blocks 2p and 2p + 1, as vpdpwssd's 16-bit pair
+                        const int32_t first = sums[4 * p] + sums[4 * p + 1], second = sums[4 * p + 2] + sums[4 * p + 3];
+                        correction[(size_t) (4 * (b * n + a) + p)] = (int32_t) ((uint32_t) (uint16_t) first |
+                                                                                (uint32_t) second << 16);
+                    }
+                    continue;
+                }
                 const uint8_t * block = rows.row(a0 + a) + b * (Min ? 36 : 34);
                 scales[(size_t) (b * n + a)] = _cvtsh_ss(load_u16(block));
                 if constexpr (Min) {
@@ -167,10 +255,13 @@ void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t 
             case GGML_TYPE_Q4_1: lanes_job<GGML_TYPE_Q4_1>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q5_0: lanes_job<GGML_TYPE_Q5_0>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q8_0: lanes_job<GGML_TYPE_Q8_0>(job, packed, g_begin, g_end); break;
+            case GGML_TYPE_Q4_K: lanes_job<GGML_TYPE_Q4_K>(job, packed, g_begin, g_end); break;
             default: lanes_job<GGML_TYPE_Q5_1>(job, packed, g_begin, g_end); break;
         }
     }
-    if (whole < w_end) q8_block_order_vnni(job, whole, w_end);
+    if (whole < w_end) {
+        (job.weight_type == GGML_TYPE_Q4_K ? k_block_order_vnni : q8_block_order_vnni)(job, whole, w_end);
+    }
 }
 
 }  // namespace ggspec

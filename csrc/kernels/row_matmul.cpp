@@ -181,13 +181,13 @@ bool same_products(ggml_type type, RowKernels path, int64_t k) {
     std::fill(act_values.begin() + 6 * k, act_values.begin() + 7 * k, 0.0f);
     for (int64_t a = 0; a < n_a; ++a) act_traits->from_float(act_values.data() + a * k, acts.data() + a * act_row, k);
 
-    // The stored weights, and on vnni-block Q4_0 and Q4_1 also packed in lanes
-    // (a group of 16 rows, then 11 from the stored ones).
+    // The stored weights, and on vnni-block the types it packs also packed in
+    // lanes (a group of 16 rows, then 11 from the stored ones).
     std::vector<uint8_t> packed;
     std::vector<const uint8_t *> layouts{nullptr};
     if (block_order(type, path) && lane_packs_handle(type)) {
-        packed.resize(lane_pack_bytes(type, n_w, k / kQ8Block));
-        lane_pack(type, weights.data(), row, n_w, k / kQ8Block, packed.data());
+        packed.resize(lane_pack_bytes(type, n_w, k / ggml_blck_size(type)));
+        lane_pack(type, weights.data(), row, n_w, k / ggml_blck_size(type), packed.data());
         layouts.push_back(packed.data());
     }
     for (const uint8_t * lanes : layouts) {

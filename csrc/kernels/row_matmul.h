@@ -52,7 +52,7 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 // quantized by one op for all of them, each row by one thread. Without it each
 // thread of each product quantizes every row itself.
 //
-// packs: where the model's weights packed for vnni-block's Q4 and Q5 types are
+// packs: where the model's weights packed for vnni-block (lane_packs_handle) are
 // kept (kernels/lane_packs.h); w is packed there at its first product. Null: the
 // products read the stored weights.
 class QuantizedActs;

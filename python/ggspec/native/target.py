@@ -133,7 +133,7 @@ class Target:
     n_threads = property(lambda self: self._core.n_threads)
     lm_head_row_kernel = property(lambda self: self._core.lm_head_row_kernel)
     #: bytes of weights repacked in private memory for the kernels (row_kernels="vnni-block" packs
-    #: Q4_0, Q4_1, Q5_0 and Q5_1 matrices 16 rows to a register at their first product), beside the file's
+    #: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q4_K matrices 16 rows to a register at their first product)
     packed_weight_bytes = property(lambda self: self._core.packed_weight_bytes)
     #: the multi-row kernel path this target chose: "vnni", "vnni-block", "avx2" or "off" (each
     #: weight type runs on it where it has a kernel whose probe matched the path's reference:
