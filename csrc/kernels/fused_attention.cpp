@@ -76,8 +76,9 @@ void attend_pairs(ggml_tensor * dst, int64_t r0, int64_t rows, int64_t p_lo, int
     // SmolLM2, one process alternating, same bits: one-row steps 0.978 (38 of
     // 50 faster), 8-row verifies 0.990 (33 of 50); the keys' first rows
     // fetched the same way gained nothing.
+    const ggml_fp16_t * values_at = (const ggml_fp16_t *) at(v, 0, kv_head) + lo;  // the V·p kernel's rows
     for (int64_t r = 0; r < hd; ++r) {
-        const char * row = (const char *) ((const ggml_fp16_t *) at(v, 0, kv_head) + lo) + r * v->nb[1];
+        const char * row = (const char *) values_at + r * v->nb[1];
         for (int64_t b = 0; b < n * 2; b += 64) __builtin_prefetch(row + b, 0, 2);
     }
     const bool avx512 = row_kernels_avx512(par.path);
@@ -95,9 +96,8 @@ void attend_pairs(ggml_tensor * dst, int64_t r0, int64_t rows, int64_t p_lo, int
         const int64_t i = p - p_lo;
         soft_max_row(kq.data() + i * n, mask_row(p) + lo, probs.data() + i * n, n, par.scale);
     }
-    const DotRowsJob values{GGML_TYPE_F16, (const ggml_fp16_t *) at(v, 0, kv_head) + lo, v->nb[1],
-                            (const uint8_t *) probs.data(), n * sizeof(float), GGML_TYPE_F16, n, n_acts, out.data(),
-                            hd};
+    const DotRowsJob values{GGML_TYPE_F16, values_at, v->nb[1], (const uint8_t *) probs.data(),
+                            n * sizeof(float), GGML_TYPE_F16, n, n_acts, out.data(), hd};
     half_dot_rows(values, 0, hd, avx512);
     for (int64_t p = p_lo; p < p_hi; ++p) {
         float * row = (float *) ((char *) dst->data + (r0 + p % rows) * dst->nb[1]) + (p / rows) * hd;

@@ -20,7 +20,7 @@ void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n
                uint8_t * out) {
     // a stored block (ggml-common.h): d, then m, then qh[4], then qs[16]
     const size_t m = 2, qh = lane_has_min(t) ? 4 : 2, qs = qh + (lane_has_fifth(t) ? 4 : 0);
-    const size_t stored = t == GGML_TYPE_Q4_K ? 144 : t == GGML_TYPE_Q8_0 ? 34 : qs + 16;
+    const size_t stored = ggml_type_size(t);
     for (int64_t g = 0; g < n_rows / kLaneRows; ++g) {
         for (int64_t b = 0; b < n_blocks; ++b, out += lane_block_bytes(t)) {
             for (int64_t r = 0; r < kLaneRows; ++r) {

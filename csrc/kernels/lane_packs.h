@@ -46,11 +46,10 @@ constexpr int64_t lane_block_bytes(ggml_type t) {
 size_t lane_pack_bytes(ggml_type t, int64_t n_rows, int64_t n_blocks);
 void lane_pack(ggml_type t, const uint8_t * weights, size_t row_bytes, int64_t n_rows, int64_t n_blocks, uint8_t * out);
 
-// Weight rows [w_begin, w_end) against every activation row in the block
-// order: the whole groups from their packed copy, the rows after the last one
-// by q8_block_order_vnni or k_block_order_vnni from the stored weights.
-// w_begin a multiple of 16.
-void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end);
+// The whole groups of weight rows [w_begin, w_end) (w_begin a multiple of 16)
+// against every activation row in the block order, from their packed copy;
+// returns where they end: the rows from there are the stored kernel's.
+int64_t lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end);
 
 // The packed copies of a model's weights in private memory, made at a graph's
 // first product of each and kept while the model is.

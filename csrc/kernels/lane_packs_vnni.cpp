@@ -2,7 +2,6 @@
 // packed 16 rows to a register (lane_packs.h), on AVX512-VNNI.
 #include "kernels/lane_packs.h"
 #include "kernels/k_block_order.h"
-#include "kernels/q8_dot_rows.h"
 
 #if GGSPEC_X86_KERNEL
 
@@ -246,7 +245,7 @@ GGSPEC_AVX512 void lanes_job(const DotRowsJob & job, const uint8_t * packed, int
 
 }  // namespace
 
-void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end) {
+int64_t lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t w_begin, int64_t w_end) {
     const int64_t whole = w_begin % kLaneRows ? w_begin : std::max(w_begin, w_end / kLaneRows * kLaneRows);
     if (whole > w_begin) {
         const int64_t g_begin = w_begin / kLaneRows, g_end = whole / kLaneRows;
@@ -254,14 +253,13 @@ void lane_dot_rows_vnni(const DotRowsJob & job, const uint8_t * packed, int64_t 
             case GGML_TYPE_Q4_0: lanes_job<GGML_TYPE_Q4_0>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q4_1: lanes_job<GGML_TYPE_Q4_1>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q5_0: lanes_job<GGML_TYPE_Q5_0>(job, packed, g_begin, g_end); break;
+            case GGML_TYPE_Q5_1: lanes_job<GGML_TYPE_Q5_1>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q8_0: lanes_job<GGML_TYPE_Q8_0>(job, packed, g_begin, g_end); break;
             case GGML_TYPE_Q4_K: lanes_job<GGML_TYPE_Q4_K>(job, packed, g_begin, g_end); break;
-            default: lanes_job<GGML_TYPE_Q5_1>(job, packed, g_begin, g_end); break;
+            default: return w_begin;  // not a packed type: every row is left
         }
     }
-    if (whole < w_end) {
-        (job.weight_type == GGML_TYPE_Q4_K ? k_block_order_vnni : q8_block_order_vnni)(job, whole, w_end);
-    }
+    return whole;
 }
 
 }  // namespace ggspec

@@ -48,10 +48,11 @@ bool block_order(ggml_type type, RowKernels path) {
 // weights' copy 16 rows to a register (lane_packs.h), or null.
 void dot_rows(const DotRowsJob & job, int64_t w_begin, int64_t w_end, RowKernels path, const uint8_t * packed) {
 #if GGSPEC_X86_KERNEL
-    if (block_order(job.weight_type, path) && packed) {
-        lane_dot_rows_vnni(job, packed, w_begin, w_end);
-    } else if (block_order(job.weight_type, path)) {
-        (k_block_order_handles(job.weight_type) ? k_block_order_vnni : q8_block_order_vnni)(job, w_begin, w_end);
+    if (block_order(job.weight_type, path)) {
+        if (packed) w_begin = lane_dot_rows_vnni(job, packed, w_begin, w_end);
+        if (w_begin < w_end) {
+            (k_block_order_handles(job.weight_type) ? k_block_order_vnni : q8_block_order_vnni)(job, w_begin, w_end);
+        }
     } else if (job.n_acts == 1) {
         one_row_dot(job, w_begin, w_end);
     } else if (half_dot_rows_handles(job.weight_type)) {
