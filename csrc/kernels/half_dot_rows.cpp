@@ -6,6 +6,7 @@
 #if GGSPEC_X86_KERNEL
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@ constexpr int kStep = 32;  // values per step of ggml's loop
 constexpr int kAccs = 4;   // its accumulators, 8 lanes each
 constexpr int kTileA = 8;  // activation rows per weight row at a time: 8 ymm accumulators
 constexpr int64_t kWeightBlockBytes = 64 * 1024;  // weight rows that every tile meets in L2
+constexpr int64_t kWideValues = 256;  // the longest rows tile_wide takes (attention's key rows)
 
 // 8 halves as floats: exact for both types.
 template <bool Bf16>
@@ -209,6 +211,17 @@ private:
             const uint8_t * first = (const uint8_t *) row(w + distance);
             for (const uint8_t * line = first; line < first + used; line += 64) __builtin_prefetch(line, 0, 2);
         };
+        if constexpr (TA <= 4 && !Bf16) {
+            if (avx512_ && np_ == n_ && n_ <= kWideValues) {  // a few rows over short ones: tile_wide
+                constexpr int64_t kPer = 16 / TA;
+                for (int64_t w = keys.lo; w < keys.hi; w += kPer) {
+                    const int64_t m = std::min(kPer, keys.hi - w);
+                    for (int64_t i = 0; i < m; ++i) ahead(w + i);
+                    tile_wide<TA>(w, m, t.a, t.steps);
+                }
+                return;
+            }
+        }
         if constexpr (TA % 2 == 0) {
             // pairs_ pairs the chunk's rows 2p and 2p + 1: a tile after a run that
             // ended on an odd row (attention sharp enough that neighbouring rows'
@@ -348,6 +361,88 @@ private:
             }
             finish<TA, Bf16>(c, rows[i], w + i, a);
         }
+    }
+
+    // F16 weight rows w..w + m - 1 (m <= 16 / R) against R activation rows from
+    // a, for rows without a scalar tail on AVX-512: the 16 outputs of up to 16 /
+    // R weight rows share one ggml reduction across registers, where the 8-row
+    // tiles' finish_two needs 8 rows. A step's 32 values are two 16-lane
+    // halves: the first carries accumulators 0 and 1 of ggml's 8-lane loop
+    // side by side, the second 2 and 3, so each lane takes ggml's FMAs in
+    // order, and their sum is (a0 + a2 | a1 + a3). A decode step's 3 query
+    // heads of a KV head (SmolLM2) went through a 2-row pair tile and the
+    // 8-lane one-row tile, whose reduction summed 8 lanes for one output.
+    // Against those tiles (same bits, one process alternating, Zen 4, 2
+    // threads, vnni-block): SmolLM2's decode step 0.97 over 300 cached
+    // positions and 0.93 over 3000 (39 of 40 faster), Gemma 3's 0.97 over
+    // 3000; 8-row verifies, whose tiles are 8 rows, the same. Rows longer than
+    // kWideValues stay on the pair tiles, which share each activation load
+    // between two weight rows: an F16 SmolLM2's 4-row verify ran 23% slower
+    // with its 576-value rows here.
+    template <int R>
+    GGSPEC_AVX512 void tile_wide(int64_t w, int64_t m, int64_t a, Span steps) const {
+        constexpr int kPer = 16 / R;
+        const float * y = acts_ + (a - a0_) * stride_;
+        __m512 t[16];
+        for (int k = 0; k < kPer; ++k) {
+            if (k >= m) {
+                for (int r = 0; r < R; ++r) t[k * R + r] = _mm512_setzero_ps();
+                continue;
+            }
+            const auto * row = (const uint16_t *) ((const uint8_t *) job_.weights + (w + k) * job_.row_bytes);
+            __m512 low[R], high[R];
+            for (int r = 0; r < R; ++r) low[r] = high[r] = _mm512_setzero_ps();
+            for (int64_t i = steps.lo * kStep; i < steps.hi * kStep; i += kStep) {
+                const __m512 w0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (row + i)));
+                const __m512 w1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *) (row + i + 16)));
+                for (int r = 0; r < R; ++r) {
+                    low[r] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(y + r * stride_ + i), low[r]);
+                    high[r] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(y + r * stride_ + i + 16), high[r]);
+                }
+            }
+            for (int r = 0; r < R; ++r) t[k * R + r] = _mm512_add_ps(low[r], high[r]);
+        }
+        // output o = k * R + r from t[o]: c = its low 8 lanes + its high 8,
+        // then c's low 4 + high 4, then ggml's two hadds; each row's outputs
+        // then adjacent, as dst holds them
+        __m512 x[8], q[4];
+        for (int i = 0; i < 8; ++i) {
+            x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                 _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+        }
+        for (int i = 0; i < 4; ++i) {
+            q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+        const __m512 sums = hadd(hadd(q[0], q[1]), hadd(q[2], q[3]));  // output 4p + j in lane 4j + p
+        alignas(64) static constexpr auto order = wide_order<R>();
+        const __m512 out = _mm512_permutexvar_ps(_mm512_load_si512(order.data()), sums);
+        const __mmask16 keep = (__mmask16) ((1u << m) - 1);
+        for (int r = 0; r < R; ++r) {
+            float * dst = job_.dst + (a + r) * job_.dst_stride + w;
+            if constexpr (R == 1) {
+                _mm512_mask_storeu_ps(dst, keep, out);
+            } else if constexpr (R == 2) {
+                const __m256 half = r ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(out), 1))
+                                      : _mm512_castps512_ps256(out);
+                _mm256_mask_storeu_ps(dst, (__mmask8) keep, half);
+            } else {
+                _mm_mask_storeu_ps(dst, (__mmask8) keep, _mm512_extractf32x4_ps(out, r));
+            }
+        }
+    }
+
+    // tile_wide's lane order: row r's outputs in lanes r * 16 / R onwards.
+    template <int R>
+    static constexpr std::array<int32_t, 16> wide_order() {
+        std::array<int32_t, 16> order{};
+        for (int r = 0; r < R; ++r) {
+            for (int k = 0; k < 16 / R; ++k) {
+                const int o = k * R + r;
+                order[(size_t) (r * 16 / R + k)] = 4 * (o % 4) + o / 4;
+            }
+        }
+        return order;
     }
 
     // An hadd in each 128-bit lane: x0 + x1, x2 + x3, y0 + y1, y2 + y3.

@@ -216,9 +216,9 @@ bool same_products(ggml_type type, RowKernels path, int64_t k) {
 }
 
 // same_products at each k a kernel's loop takes apart: 3 blocks of 256, 25 of
-// 32 (IQ4_NL's last one unpaired), or halves with a scalar tail of 19 and
-// without (the F16 tile's own end); any differing bit disables the kernel for
-// the type.
+// 32 (IQ4_NL's last one unpaired), or halves with a scalar tail of 19, without
+// (the F16 tile's own end) and short enough for the F16 wide tile; any
+// differing bit disables the kernel for the type.
 bool probe(ggml_type type, RowKernels path) {
     const ggml_type_traits_cpu * traits = ggml_get_type_traits_cpu(type);
     const ggml_type act_type = activation_type(type);
@@ -226,7 +226,9 @@ bool probe(ggml_type type, RowKernels path) {
     if (!traits->vec_dot || !act_traits->from_float || traits->vec_dot_type != act_type) return false;
     if (kernel_from_float(act_type) != act_traits->from_float && !same_quantization(type, act_type)) return false;
     const int64_t block = ggml_blck_size(type);
-    if (block == 1) return same_products(type, path, 787) && same_products(type, path, 768);
+    if (block == 1) {
+        return same_products(type, path, 787) && same_products(type, path, 768) && same_products(type, path, 160);
+    }
     return same_products(type, path, block == 32 ? 800 : 768);
 }
 
