@@ -427,7 +427,7 @@ private:
                                       : _mm512_castps512_ps256(out);
                 _mm256_mask_storeu_ps(dst, (__mmask8) keep, half);
             } else {
-                _mm_mask_storeu_ps(dst, (__mmask8) keep, _mm512_extractf32x4_ps(out, r));
+                _mm_mask_storeu_ps(dst, (__mmask8) keep, quarter(out, r));
             }
         }
     }
@@ -443,6 +443,15 @@ private:
             }
         }
         return order;
+    }
+
+    // Lanes 4q..4q + 3 of v, each extract's index a literal: the intrinsic needs
+    // a constant whether or not the compiler unrolls the caller's loop.
+    __attribute__((always_inline)) GGSPEC_AVX512 static inline __m128 quarter(__m512 v, int q) {
+        return q == 0   ? _mm512_castps512_ps128(v)
+               : q == 1 ? _mm512_extractf32x4_ps(v, 1)
+               : q == 2 ? _mm512_extractf32x4_ps(v, 2)
+                        : _mm512_extractf32x4_ps(v, 3);
     }
 
     // An hadd in each 128-bit lane: x0 + x1, x2 + x3, y0 + y1, y2 + y3.
@@ -474,7 +483,7 @@ private:
         float * dst = job_.dst + a * job_.dst_stride + w;
 #pragma GCC unroll 4
         for (int q = 0; q < 4; ++q) {
-            const __m128 rows = _mm512_extractf32x4_ps(out, q);
+            const __m128 rows = quarter(out, q);
             _mm_storel_pi((__m64 *) (dst + 2 * q * job_.dst_stride), rows);
             _mm_storeh_pi((__m64 *) (dst + (2 * q + 1) * job_.dst_stride), rows);
         }
