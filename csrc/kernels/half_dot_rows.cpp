@@ -402,19 +402,15 @@ private:
             }
             for (int r = 0; r < R; ++r) t[k * R + r] = _mm512_add_ps(low[r], high[r]);
         }
-        // output o = k * R + r from t[o]: c = its low 8 lanes + its high 8,
-        // then c's low 4 + high 4, then ggml's two hadds; each row's outputs
-        // then adjacent, as dst holds them
-        __m512 x[8], q[4];
+        // output o = k * R + r from t[o]: c = its low 8 lanes + its high 8, then
+        // ggml's end of the dot (dot_ends); each row's outputs then adjacent, as
+        // dst holds them
+        __m512 c[8];
         for (int i = 0; i < 8; ++i) {
-            x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+            c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                                  _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
         }
-        for (int i = 0; i < 4; ++i) {
-            q[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-        }
-        const __m512 sums = hadd(hadd(q[0], q[1]), hadd(q[2], q[3]));  // output 4p + j in lane 4j + p
+        const __m512 sums = dot_ends(c);
         alignas(64) static constexpr auto order = wide_order<R>();
         const __m512 out = _mm512_permutexvar_ps(_mm512_load_si512(order.data()), sums);
         const __mmask16 keep = (__mmask16) ((1u << m) - 1);
@@ -454,6 +450,19 @@ private:
                         : _mm512_extractf32x4_ps(v, 3);
     }
 
+    // Sixteen F16 dots' 8-lane sums (c[i]: dots 2i and 2i + 1 in its low and
+    // high 8 lanes) summed as ggml's vec_dot ends them: low 4 lanes + high 4,
+    // then its two hadds. Dot o's sum lands in lane 4 * (o % 4) + o / 4.
+    __attribute__((always_inline)) GGSPEC_AVX512 static inline __m512 dot_ends(const __m512 (&c)[8]) {
+        __m512 t[4];
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; ++p) {
+            t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(c[2 * p], c[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_f32x4(c[2 * p], c[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+        return hadd(hadd(t[0], t[1]), hadd(t[2], t[3]));
+    }
+
     // An hadd in each 128-bit lane: x0 + x1, x2 + x3, y0 + y1, y2 + y3.
     __attribute__((always_inline)) GGSPEC_AVX512 static inline __m512 hadd(__m512 x, __m512 y) {
         return _mm512_add_ps(_mm512_shuffle_ps(x, y, _MM_SHUFFLE(2, 0, 2, 0)),
@@ -467,17 +476,15 @@ private:
     // activation row's two outputs, adjacent in dst, stored at once. SmolLM2's
     // hd-64 K·Q dots are two steps long: its 8-row verify took 1.1% less.
     GGSPEC_AVX512 void finish_two(const __m512 (&halves)[2][2][4], int64_t w, int64_t a) const {
-        __m512 t[4];  // pair p: c_lo + c_hi of (w, 2p), (w, 2p + 1), (w + 1, 2p), (w + 1, 2p + 1)
+        __m512 c[8];
 #pragma GCC unroll 4
         for (int p = 0; p < 4; ++p) {
-            const __m512 c0 = _mm512_add_ps(halves[0][0][p], halves[1][0][p]);  // rows 2p, 2p + 1 of w
-            const __m512 c1 = _mm512_add_ps(halves[0][1][p], halves[1][1][p]);  // and of w + 1
-            t[p] = _mm512_add_ps(_mm512_shuffle_f32x4(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
+            c[2 * p] = _mm512_add_ps(halves[0][0][p], halves[1][0][p]);      // rows 2p, 2p + 1 of w
+            c[2 * p + 1] = _mm512_add_ps(halves[0][1][p], halves[1][1][p]);  // and of w + 1
         }
-        // lane 4q + p sums t[p]'s quarter q, output (w + q / 2, row 2p + q % 2);
-        // order puts output (w + i, row r) in lane 2r + i
-        const __m512 sums = hadd(hadd(t[0], t[1]), hadd(t[2], t[3]));
+        // lane 4q + p: output (w + q / 2, row 2p + q % 2); order puts output
+        // (w + i, row r) in lane 2r + i
+        const __m512 sums = dot_ends(c);
         const __m512i order = _mm512_setr_epi32(0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15);
         const __m512 out = _mm512_permutexvar_ps(order, sums);
         float * dst = job_.dst + a * job_.dst_stride + w;
