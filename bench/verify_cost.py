@@ -11,9 +11,11 @@ that the host's drift (±15% between runs here) falls on both sides of the
 ratio. A round loads each path once; rounds rotate the order of the paths so
 that drift favours none. Prints a Markdown table: ms per verify (median of every
 sample) and its cost in one-row steps (the median over rounds of each round's
-median k-row time over its median one-row time), the speculation lever: a draft
-must land more tokens per verify than that ratio to pay. The argmax ids of the
-paths with ggml's bits (all but vnni-block) are checked equal.
+median k-row time over its median one-row time, then the least and most of the
+rounds' ratios: the host's slow phases slow the compute-bound verify more than
+the step), the speculation lever: a draft must land more tokens per verify than
+that ratio to pay. The argmax ids of the paths with ggml's bits (all but
+vnni-block) are checked equal.
 """
 
 from __future__ import annotations
@@ -90,12 +92,14 @@ def main() -> None:
                 raise SystemExit(f"argmax differs between row_kernels {ggml_bits[0]} and {path} at {k} rows")
 
     print(f"{args.model}, {args.threads} threads, {args.repeats} rounds of {args.samples} samples")
-    print("| rows | " + " | ".join(f"{p} ms | {p} steps" for p in paths) + " |")
-    print("|---|" + "---|---|" * len(paths))
+    print("| rows | " + " | ".join(f"{p} ms | {p} steps | rounds" for p in paths) + " |")
+    print("|---|" + "---|---|---|" * len(paths))
     for k in rows:
-        cells = [f"{statistics.median(times[p][k]):.1f} | {statistics.median(ratios[p][k]):.2f}" for p in paths]
+        cells = [f"{statistics.median(times[p][k]):.1f} | {statistics.median(ratios[p][k]):.2f} | "
+                 f"{min(ratios[p][k]):.2f}-{max(ratios[p][k]):.2f}" for p in paths]
         print(f"| {k} | " + " | ".join(cells) + " |")
-    print("steps: the median over rounds of each round's median k-row time / median one-row time")
+    print("steps: the median over rounds of each round's median k-row time / median one-row time; "
+          "rounds: the least and most of those")
 
 
 if __name__ == "__main__":
