@@ -28,12 +28,6 @@ GGSPEC_AVX512 inline void fetch_ahead(const uint8_t * block, int64_t bytes) {
     for (int64_t line = 0; line < bytes; line += 64) __builtin_prefetch(block + kPackAhead + line, 0, Locality);
 }
 
-inline int32_t load_i32(const uint8_t * p) {
-    int32_t v;
-    std::memcpy(&v, p, 4);
-    return v;
-}
-
 // acc + dpbusd(w, the dword at y in each lane), with the dword broadcast by
 // the instruction itself ({1to16}). GCC does not fold _mm512_set1_epi32 of a
 // load into that operand: it gave each dword its own vpbroadcastd, 64 more
