@@ -4,10 +4,15 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 #include <stdexcept>
+#include <thread>
+#include <vector>
 
 #include "errors.h"
 #include "kernels/fused_attention.h"
@@ -445,6 +450,41 @@ PYBIND11_MODULE(_core, m) {
         },
         "The multi-row kernel paths this CPU runs: those with ggml's bits best first, then vnni-block (whether a "
         "model uses one also needs its weight types and a probe that matches the path's reference).");
+    m.def(
+        "deal_runs",
+        [](int64_t total, int64_t rows, const std::vector<double> & ms_per_run) {
+            const int n_threads = (int) ms_per_run.size();
+            if (total < 0 || total > INT32_MAX || rows < 1 || n_threads < 1 || n_threads > GGML_MAX_N_THREADS) {
+                throw std::invalid_argument("deal_runs takes 0 <= total < 2^31 runs, rows >= 1 and 1-512 threads");
+            }
+            auto dealer = std::make_unique<RunDealer>();
+            std::vector<std::atomic<int>> times((size_t) total);
+            std::vector<int> taker((size_t) total, -1);
+            {
+                py::gil_scoped_release unlocked;
+                std::vector<std::thread> threads;
+                for (int t = 0; t < n_threads; ++t) {
+                    threads.emplace_back([&, t] {
+                        dealer->share(t, n_threads, total, rows, [&](int64_t first, int64_t end) {
+                            for (int64_t r = first; r < end; ++r) {
+                                const std::chrono::duration<double, std::milli> pause(ms_per_run[(size_t) t]);
+                                if (pause.count() > 0) std::this_thread::sleep_for(pause);
+                                times[(size_t) r].fetch_add(1);
+                                taker[(size_t) r] = t;
+                            }
+                        });
+                    });
+                }
+                for (std::thread & th : threads) th.join();
+            }
+            std::vector<int> counts((size_t) total);
+            for (size_t r = 0; r < counts.size(); ++r) counts[r] = times[r].load();
+            return py::make_tuple(taker, counts);
+        },
+        py::arg("total"), py::arg("rows"), py::arg("ms_per_run"),
+        "For tests: one thread per entry of ms_per_run shares `total` weight runs of a product of `rows` activation "
+        "rows as a multi-row product's threads do (RunDealer), each sleeping its entry's milliseconds a run. "
+        "Returns (the thread that took each run, how many times each run was taken).");
     m.def("masked_soft_max_usable", &masked_soft_max_usable,
           "Whether attention's softmax runs on ggspec's op (over the keys each mask row leaves) on the kernel paths: "
           "this CPU runs it and its probe found ggml's bits.");

@@ -103,6 +103,7 @@ std::unique_ptr<CachedGraph> GraphRunner::build(const GraphKey & key) const {
     ForwardGraph fg{ctx, hp, w, body_.kv, n, cg->tokens, cg->positions, cg->hidden_in, cg->full, cg->swa, {}, row_kernels_};
     fg.rs = body_.rs;
     fg.worker_kernels = worker_kernels_;
+    fg.dealer = &dealer_;
     fg.recurrent = key.recurrent;
     if (key.n_out == 0) fg.top_k = key.top_k;  // no LM head of the runner's: the body ranks its own rows
     ggml_tensor * trunk = body_.build(fg);

@@ -113,6 +113,7 @@ private:
     ggml_context_ptr single_ctx_;  // per_op: the one-node graph each node runs in
     ggml_cgraph * single_ = nullptr;
     RowKernels row_kernels_;
+    mutable RunDealer dealer_;  // its graphs' products share their last weight rows through it (while computing)
     GraphCache graphs_;
     uint64_t computes_ = 0;
 

@@ -15,6 +15,9 @@ sit within float noise of ggml's, and give a verify's and a prefill chunk's
 rows a one-row step's bits.
 """
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -196,3 +199,64 @@ def test_packed_weights_keep_the_files_bits(tiny_model, dtype):
     assert mapped.packed_weight_bytes > 0 and copied.packed_weight_bytes == mapped.packed_weight_bytes
     for token in rng.integers(3, mapped.n_vocab, size=6).tolist():
         assert_same_forward(mapped, copied, [token], "a step after the packs")
+
+
+@pytest.mark.parametrize("total,rows,ms_per_run", [
+    (0, 8, [0, 0]), (1, 8, [0, 0]), (3, 8, [0, 0, 0]), (64, 8, [0, 0]), (64, 128, [0, 0]),
+    (1000, 8, [0.01, 0.05, 0.01]), (997, 64, [0.02, 0, 0.02]), (40, 8, [0.3, 0]),
+])
+def test_threads_take_every_weight_run_once(total, rows, ms_per_run):
+    """A multi-row product's threads keep the last quarter of their shares in
+    reserve, for the threads that finish first (RunDealer): each run is still
+    computed exactly once, whatever the threads' speeds."""
+    takers, counts = _core.deal_runs(total, rows, ms_per_run)
+    assert counts == [1] * total, counts
+    assert set(takers) <= set(range(len(ms_per_run)))
+
+
+@pytest.mark.parametrize("rows", [8, 128])
+def test_a_faster_thread_takes_a_slower_ones_reserve(rows):
+    """Thread 1 at a tenth of thread 0's speed: thread 0 takes runs from the
+    back of thread 1's share (two pieces of its reserve for a verify's rows,
+    the reserve whole for a prefill chunk's). A thread that looks before the
+    other has started takes nothing, so a start delayed by a loaded host gets
+    another try."""
+    for _ in range(5):
+        takers, counts = _core.deal_runs(64, rows, [0.2, 2.0])
+        assert counts == [1] * 64
+        if takers[:32] == [0] * 32 and 0 in takers[32:]:
+            assert takers[32:56] == [1] * 24  # thread 1's own three quarters stay its own
+            return
+    pytest.fail(f"thread 0 never took a run of the slower thread's share: {takers}")
+
+
+@pytest.mark.parametrize("kernels", PATHS + ("vnni-block",))
+def test_rows_are_the_same_on_any_thread_count(tiny_model, kernels):
+    """Shares of the weight rows change with the thread count, and a thread that
+    finishes first takes from the others' reserves (RunDealer): with a busy
+    process beside them one of two threads shares its core and falls behind.
+    No output's bits may move."""
+    if kernels not in _core.row_kernel_paths():
+        pytest.skip(f"this CPU does not run the {kernels} kernels")
+    path = tiny_model("llama", "q4_1", n_embd=256, n_ff=768)
+    rng = np.random.default_rng(11)
+    prompt = rng.integers(3, 200, size=150).tolist()
+    verifies = [rng.integers(3, 200, size=k).tolist() for k in (8, 16, 3, 8)]
+
+    def rows(n_threads):
+        target = ggspec.load(path, n_ctx=512, prefill_chunk=64, n_threads=n_threads, row_kernels=kernels)
+        out = [target.spec_forward(prompt, all_logits=True).logits]
+        for tokens in verifies:
+            for _ in range(3):  # the same rows again, on other timings
+                out.append(target.spec_forward(tokens, all_logits=True).logits)
+                target.rewind(len(prompt))
+        return np.concatenate(out)
+
+    one = rows(1)
+    assert_bits_equal(rows(2), one, "logits on 2 threads against 1")
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+    try:
+        assert_bits_equal(rows(2), one, "logits on 2 threads beside a busy process against 1")
+    finally:
+        busy.kill()
+        busy.wait()

@@ -28,8 +28,11 @@ namespace {
 // A multiple of every kernel's weight tile, and of a packed group (lane_packs.h).
 constexpr int64_t kWeightRowAlign = kLaneRows;
 
-// The paths, as the custom op's userdata.
-const RowKernels kPaths[] = {RowKernels::off, RowKernels::avx2, RowKernels::vnni, RowKernels::vnni_block};
+// The paths with fixed shares, as the custom op's userdata.
+const DotRowsParams kPaths[] = {{RowKernels::off, nullptr},
+                                {RowKernels::avx2, nullptr},
+                                {RowKernels::vnni, nullptr},
+                                {RowKernels::vnni_block, nullptr}};
 
 bool kernel_handles(ggml_type type) {
     return k_dot_rows_handles(type) || q8_dot_rows_handles(type) || half_dot_rows_handles(type);
@@ -79,6 +82,7 @@ ggml_type activation_type(ggml_type weight_type) {
 // heads sharing a KV head). Threads split the weight rows of all matrices
 // together, in runs of kWeightRowAlign within a matrix.
 void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const DotRowsParams & params = *(const DotRowsParams *) userdata;
     const ggml_tensor * w = dst->src[0];
     const ggml_tensor * quantized = dst->src[2];  // src[1] in its act_type (QuantizedActs), or absent
     const ggml_tensor * a = quantized ? quantized : dst->src[1];
@@ -86,27 +90,36 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * packed = dst->src[4];  // w packed in lanes (one matrix), or absent
     const int64_t n_w = w->ne[1], n_mat = a->ne[2], per_w_mat = n_mat / w->ne[2];
     const int64_t runs = (n_w + kWeightRowAlign - 1) / kWeightRowAlign;  // per matrix
-    const int64_t per = (runs * n_mat + nth - 1) / nth;
-    const int64_t first = std::min(runs * n_mat, ith * per), last = std::min(runs * n_mat, first + per);
-    for (int64_t run = first; run < last;) {
-        const int64_t m = run / runs, end = std::min(last, (m + 1) * runs);  // this matrix's share
-        const DotRowsJob job{w->type,
-                             (const uint8_t *) w->data + (m / per_w_mat) * w->nb[2],
-                             w->nb[1],
-                             (const uint8_t *) a->data + m * a->nb[2],
-                             a->nb[1],
-                             activation_type(w->type),
-                             w->ne[0] / ggml_blck_size(w->type),
-                             a->ne[1],
-                             (float *) ((uint8_t *) dst->data + m * dst->nb[2]),
-                             dst->ne[0],
-                             mask ? (const float *) mask->data : nullptr,
-                             mask ? (int64_t) (mask->nb[1] / sizeof(float)) : 0,
-                             quantized != nullptr};
-        dot_rows(job, (run - m * runs) * kWeightRowAlign, std::min(n_w, (end - m * runs) * kWeightRowAlign),
-                 *(const RowKernels *) userdata, packed ? (const uint8_t *) packed->data : nullptr);
-        run = end;
+    const auto compute = [&](int64_t first, int64_t last) {  // runs [first, last) of all matrices
+        for (int64_t run = first; run < last;) {
+            const int64_t m = run / runs, end = std::min(last, (m + 1) * runs);  // this matrix's share
+            const DotRowsJob job{w->type,
+                                 (const uint8_t *) w->data + (m / per_w_mat) * w->nb[2],
+                                 w->nb[1],
+                                 (const uint8_t *) a->data + m * a->nb[2],
+                                 a->nb[1],
+                                 activation_type(w->type),
+                                 w->ne[0] / ggml_blck_size(w->type),
+                                 a->ne[1],
+                                 (float *) ((uint8_t *) dst->data + m * dst->nb[2]),
+                                 dst->ne[0],
+                                 mask ? (const float *) mask->data : nullptr,
+                                 mask ? (int64_t) (mask->nb[1] / sizeof(float)) : 0,
+                                 quantized != nullptr};
+            dot_rows(job, (run - m * runs) * kWeightRowAlign, std::min(n_w, (end - m * runs) * kWeightRowAlign),
+                     params.path, packed ? (const uint8_t *) packed->data : nullptr);
+            run = end;
+        }
+    };
+    const int64_t total = runs * n_mat;
+    // A decode step's one row waits on memory, and its threads were seen to
+    // finish together: it keeps fixed shares.
+    if (!params.dealer || nth < 2 || a->ne[1] < 2 || total > INT32_MAX) {
+        const int64_t per = (total + nth - 1) / nth;
+        const int64_t first = std::min(total, ith * per);
+        return compute(first, std::min(total, first + per));
     }
+    params.dealer->share(ith, nth, total, a->ne[1], compute);
 }
 
 // x's rows in the activation type (the userdata's value), as quantize_acts
@@ -295,7 +308,7 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
 }
 
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask,
-                          QuantizedActs * shared, LanePacks * packs) {
+                          QuantizedActs * shared, LanePacks * packs, RunDealer * dealer) {
     const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
                         x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
                         row_kernel_usable(w->type, path);
@@ -306,7 +319,8 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
     ggml_tensor * packed = packs && block_order(w->type, path) && !masked ? packs->get(w) : nullptr;
     ggml_tensor * args[5] = {w, x, quantized, masked ? mask : nullptr, packed};
     ggml_tensor * product = ggml_custom_4d(ctx, GGML_TYPE_F32, w->ne[1], x->ne[1], x->ne[2], 1, args, 5, dot_rows_op,
-                                           GGML_N_TASKS_MAX, (void *) &kPaths[(int) path]);
+                                           GGML_N_TASKS_MAX,
+                                           (void *) (dealer ? dealer->params(path) : &kPaths[(int) path]));
     set_tag(product, {kTagMagic, TagKind::kernel, KernelOpId::dot_rows, (int32_t) path});
     return product;
 }
@@ -351,6 +365,47 @@ int32_t row_kernel_paths_served() {
         return served;
     }();
     return paths;
+}
+
+RunDealer::RunDealer() {
+    for (size_t p = 0; p < params_.size(); ++p) params_[p] = {(RowKernels) p, this};
+}
+
+// A quarter of each share is in reserve. Its owner takes what is left of it
+// whole, as each piece costs its kernel's setup again (its reserve in two
+// pieces cost 8- and 16-row verifies 1-3% while the cores ran evenly); a
+// thief takes it in two pieces for a verify's rows, whole for a prefill
+// chunk's, which sets up a chunk of 64 rows. In one process alternating with
+// fixed shares (same bits, Zen 4, 2 threads, vnni-block, 300 cached
+// positions), while the cores ran evenly: SmolLM2's and Gemma 3's 8- and
+// 16-row verifies 0.99-1.02, 256 rows 0.98-1.03 (identical one-row steps read
+// 0.98-1.03 in the same runs); while one core was slower, 8-row verifies
+// 0.88-0.94 and 256 rows 0.90-0.91; beside a process that kept one core 30%
+// busy, 0.95-0.98.
+void RunDealer::share(int ith, int nth, int64_t total, int64_t rows,
+                      const std::function<void(int64_t, int64_t)> & compute) {
+    const int64_t per = (total + nth - 1) / nth, lo = std::min(total, ith * per), hi = std::min(total, lo + per);
+    const int64_t reserved = (hi - lo) / 4, stolen = std::max<int64_t>(1, rows < kActChunk ? reserved / 2 : reserved);
+    reserves_[(size_t) ith].span.store((uint64_t) (hi - reserved) << 32 | (uint64_t) hi, std::memory_order_release);
+    compute(lo, hi - reserved);
+    int64_t first, end;
+    if (take(ith, reserved, true, first, end)) compute(first, end);  // what the others left of it, whole
+    for (int k = 1; k < nth; ++k) {
+        while (take((ith + k) % nth, stolen, false, first, end)) compute(first, end);
+    }
+}
+
+bool RunDealer::take(int owner, int64_t runs, bool front, int64_t & first, int64_t & end) {
+    std::atomic<uint64_t> & span = reserves_[(size_t) owner].span;
+    uint64_t old = span.load(std::memory_order_acquire);
+    for (;;) {
+        const int64_t lo = (int64_t) (old >> 32), hi = (int64_t) (old & 0xffffffffu);
+        if (lo >= hi) return false;
+        first = front ? lo : std::max(lo, hi - runs);
+        end = front ? std::min(hi, lo + runs) : hi;
+        const uint64_t rest = front ? (uint64_t) end << 32 | (uint64_t) hi : (uint64_t) lo << 32 | (uint64_t) first;
+        if (span.compare_exchange_weak(old, rest, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+    }
 }
 
 ggml_tensor * QuantizedActs::get(ggml_context * ctx, ggml_tensor * x, ggml_type act_type) {

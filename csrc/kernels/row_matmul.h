@@ -4,10 +4,13 @@
 // vec_dot with the weights fetched ahead for a decode step's one row
 // (one_row_dot.h).
 #pragma once
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
-
 #include <vector>
 
 #include "ggml-backend.h"
@@ -48,6 +51,9 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 // the matrices) is what the caller adds to the product next: where it is -inf
 // the output may be 0 rather than the product (the kernels skip those).
 //
+// dealer: where a multi-row product's threads take the last of its weight rows
+// as they finish (RunDealer); null: each thread takes a fixed share.
+//
 // shared: where a graph's products of one x (q, k and v; gate and up) find x
 // quantized by one op for all of them, each row by one thread. Without it each
 // thread of each product quantizes every row itself.
@@ -57,8 +63,10 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path);
 // products read the stored weights.
 class QuantizedActs;
 class LanePacks;
+class RunDealer;
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path,
-                          ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr, LanePacks * packs = nullptr);
+                          ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr, LanePacks * packs = nullptr,
+                          RunDealer * dealer = nullptr);
 
 // On an RPC worker: points a product a client tagged (kernels/portable_op.h) at
 // this process's kernel. False for any other node, and for a path this host
@@ -67,6 +75,48 @@ bool localize_row_product(ggml_tensor * node);
 // The paths whose kernel this host runs bit-identically for every weight type
 // the path handles: bit (1 << path). What a worker offers its clients.
 int32_t row_kernel_paths_served();
+
+// What a product's op reads from its userdata: its path, and the dealer of its
+// last weight rows (null: fixed shares; so on an RPC worker).
+struct DotRowsParams {
+    RowKernels path;
+    RunDealer * dealer;
+};
+
+// The weight rows of a multi-row product go a fixed share to each thread, the
+// last quarter of each share kept in reserve: its owner takes what is left of
+// it once done with the rest, then takes from the back of the others'. On this host's shared cores one core can run the same share 17%
+// slower than the other for seconds at a time (bench/README.md), and the
+// faster one waited at the node's barrier. Which thread computes an output
+// changes none of its bits.
+//
+// One dealer serves the products of the graphs a GraphRunner computes, one at
+// a time, every thread of its backend running each. A reserve is its first
+// and end run in one word. Each owner empties its own before it leaves a
+// product, so a thief that looks before the owner has set the next product's
+// finds nothing to take.
+class RunDealer {
+public:
+    RunDealer();
+    RunDealer(const RunDealer &) = delete;
+    RunDealer & operator=(const RunDealer &) = delete;
+
+    const DotRowsParams * params(RowKernels path) const { return &params_[(size_t) path]; }
+    // Thread ith of nth's part of a product's runs [0, total) of weight rows
+    // against `rows` activation rows: compute(first, end) for each span of runs
+    // it takes.
+    void share(int ith, int nth, int64_t total, int64_t rows, const std::function<void(int64_t, int64_t)> & compute);
+
+private:
+    // Up to `runs` runs of owner's reserve, from its front or its back: false when it is empty.
+    bool take(int owner, int64_t runs, bool front, int64_t & first, int64_t & end);
+
+    struct alignas(64) Reserve {
+        std::atomic<uint64_t> span{0};  // first << 32 | end
+    };
+    std::array<Reserve, GGML_MAX_N_THREADS> reserves_;
+    std::array<DotRowsParams, 4> params_;
+};
 
 // A graph's activations quantized for the kernels, one op per (x, type).
 class QuantizedActs {

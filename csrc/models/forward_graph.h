@@ -64,7 +64,7 @@ struct ForwardGraph {
     // ggml_mul_mat's bits either way (kernels/row_matmul.h); mask: the one the
     // product is masked with next, whose -inf outputs need not be computed.
     ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) {
-        return row_mul_mat(ctx, weight, x, products_for(weight), mask, &quantized_acts, w.lane_packs.get());
+        return row_mul_mat(ctx, weight, x, products_for(weight), mask, &quantized_acts, w.lane_packs.get(), dealer);
     }
     // The kernel path for ops on `t` (a weight, or a view of a cache): ggspec's
     // kernels are custom ops holding this process's function pointers, so a
@@ -88,6 +88,7 @@ struct ForwardGraph {
     }
     WorkerKernels worker_kernels;  // a split target's products' path on each worker (GraphRunner's)
     QuantizedActs quantized_acts;  // x quantized once for all the products that read it
+    RunDealer * dealer = nullptr;  // the runner's: its threads' shares of multi-row products
 };
 
 // A body's graph builder: the rows' hidden states after its final norm.
