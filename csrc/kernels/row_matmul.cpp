@@ -377,11 +377,12 @@ RunDealer::RunDealer() {
 // thief takes it in two pieces for a verify's rows, whole for a prefill
 // chunk's, which sets up a chunk of 64 rows. In one process alternating with
 // fixed shares (same bits, Zen 4, 2 threads, vnni-block, 300 cached
-// positions), while the cores ran evenly: SmolLM2's and Gemma 3's 8- and
-// 16-row verifies 0.99-1.02, 256 rows 0.98-1.03 (identical one-row steps read
-// 0.98-1.03 in the same runs); while one core was slower, 8-row verifies
-// 0.88-0.94 and 256 rows 0.90-0.91; beside a process that kept one core 30%
-// busy, 0.95-0.98.
+// positions; identical one-row steps read 0.95-1.03 in the same runs): while
+// the cores ran evenly, SmolLM2's 8-row verifies 0.98-1.03 (median 1.01),
+// Gemma 3's 0.99-1.03, 16 rows 0.98-1.03, 256 rows 0.98-1.03; while one core
+// was slower, 8-row verifies 0.88-0.94 and 256 rows 0.90-0.94; beside a
+// process that kept one core 30% busy, 0.95-0.98. Attention's pairs shared
+// the same way cost its verifies 0-4% (fused_attention.cpp keeps fixed shares).
 void RunDealer::share(int ith, int nth, int64_t total, int64_t rows,
                       const std::function<void(int64_t, int64_t)> & compute) {
     const int64_t per = (total + nth - 1) / nth, lo = std::min(total, ith * per), hi = std::min(total, lo + per);
