@@ -85,10 +85,11 @@ struct DotRowsParams {
 
 // The weight rows of a multi-row product go a fixed share to each thread, the
 // last quarter of each share kept in reserve: its owner takes what is left of
-// it once done with the rest, then takes from the back of the others'. On this host's shared cores one core can run the same share 17%
-// slower than the other for seconds at a time (bench/README.md), and the
-// faster one waited at the node's barrier. Which thread computes an output
-// changes none of its bits.
+// it once done with the rest, then takes from the back of the others'. On
+// this host's shared cores one core can run the same share 17% slower than
+// the other for seconds at a time (bench/README.md), and the faster one
+// waited at the node's barrier. Which thread computes an output changes none
+// of its bits.
 //
 // One dealer serves the products of the graphs a GraphRunner computes, one at
 // a time, every thread of its backend running each. A reserve is its first
