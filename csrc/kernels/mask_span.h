@@ -5,14 +5,10 @@
 #include <cstdint>
 
 #include "ggml.h"
+#include "kernels/span.h"
 #include "kernels/x86_target.h"
 
 namespace ggspec {
-
-// A half-open range [lo, hi); empty when lo >= hi.
-struct Span {
-    int64_t lo, hi;
-};
 
 // Whether a mask can be read as kernels read it: F32 [n_keys, n_rows], contiguous,
 // one row per query (shared by every head).

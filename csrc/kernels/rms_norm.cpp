@@ -6,6 +6,7 @@
 
 #include "kernels/dot_rows.h"
 #include "kernels/op_probe.h"
+#include "kernels/span.h"
 #include "kernels/x86_target.h"
 
 namespace ggspec {
@@ -73,8 +74,8 @@ void rms_norm_mul_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const float * w = (const float *) dst->src[1]->data;
     const float eps = ((const Params *) userdata)->eps;
-    const int64_t n = x->ne[0], rows = ggml_nrows(x), per = (rows + nth - 1) / nth;
-    const int64_t first = std::min(rows, ith * per), end = std::min(rows, first + per);
+    const int64_t n = x->ne[0];
+    const auto [first, end] = fixed_share(ith, nth, ggml_nrows(x));
     for (int64_t r0 = first; r0 < end; r0 += kRows) {
         const float * in[kRows];
         float * out[kRows];

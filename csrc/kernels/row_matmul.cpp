@@ -19,6 +19,7 @@
 #include "kernels/one_row_dot.h"
 #include "kernels/lane_packs.h"
 #include "kernels/portable_op.h"
+#include "kernels/span.h"
 #include "kernels/q8_dot_rows.h"
 #include "kernels/x86_target.h"
 
@@ -115,9 +116,8 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     // A decode step's one row waits on memory, and its threads were seen to
     // finish together: it keeps fixed shares.
     if (!params.dealer || nth < 2 || a->ne[1] < 2 || total > INT32_MAX) {
-        const int64_t per = (total + nth - 1) / nth;
-        const int64_t first = std::min(total, ith * per);
-        return compute(first, std::min(total, first + per));
+        const Span share = fixed_share(ith, nth, total);
+        return compute(share.lo, share.hi);
     }
     params.dealer->share(ith, nth, total, a->ne[1], compute);
 }
@@ -133,8 +133,9 @@ void quantize_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     const ggml_tensor * x = dst->src[0];
     const ggml_from_float_t from_float = kernel_from_float((ggml_type) (intptr_t) userdata);
     const bool dealt = x->op == GGML_OP_RMS_NORM || (x->op == GGML_OP_MUL && x->src[0]->op == GGML_OP_RMS_NORM);
-    const int64_t n = x->ne[1], per = (n + nth - 1) / nth;
-    const int64_t first = dealt ? ith : std::min(n, ith * per), end = dealt ? n : std::min(n, first + per);
+    const int64_t n = x->ne[1];
+    const Span share = fixed_share(ith, nth, n);
+    const int64_t first = dealt ? ith : share.lo, end = dealt ? n : share.hi;
     for (int64_t r = first; r < end; r += dealt ? nth : 1) {
         from_float((const float *) ((const char *) x->data + r * x->nb[1]), (char *) dst->data + r * dst->nb[1],
                    x->ne[0]);
@@ -385,7 +386,7 @@ RunDealer::RunDealer() {
 // the same way cost its verifies 0-4% (fused_attention.cpp keeps fixed shares).
 void RunDealer::share(int ith, int nth, int64_t total, int64_t rows,
                       const std::function<void(int64_t, int64_t)> & compute) {
-    const int64_t per = (total + nth - 1) / nth, lo = std::min(total, ith * per), hi = std::min(total, lo + per);
+    const auto [lo, hi] = fixed_share(ith, nth, total);
     const int64_t reserved = (hi - lo) / 4, stolen = std::max<int64_t>(1, rows < kActChunk ? reserved / 2 : reserved);
     reserves_[(size_t) ith].span.store((uint64_t) (hi - reserved) << 32 | (uint64_t) hi, std::memory_order_release);
     compute(lo, hi - reserved);
