@@ -12,15 +12,24 @@ ratio. A round loads each path once; rounds rotate the order of the paths so
 that drift favours none. Prints a Markdown table: ms per verify (median of every
 sample) and its cost in one-row steps (the median over rounds of each round's
 median k-row time over its median one-row time, then the least and most of the
-rounds' ratios: the host's slow phases slow the compute-bound verify more than
-the step), the speculation lever: a draft must land more tokens per verify than
-that ratio to pay. The argmax ids of the paths with ggml's bits (all but
+rounds' ratios), the speculation lever: a draft must land more tokens per verify
+than that ratio to pay. The argmax ids of the paths with ggml's bits (all but
 vnni-block) are checked equal.
+
+Each set of samples (one of every size) is tagged with how far apart the host
+has put the first two CPUs this process may run on: a cache line's round trip
+between threads pinned there (`_core.core_round_trip_ns`) just before it. On a
+VM the vCPUs move: this 2-vCPU guest measures about 55, 200-300 or 550-750 ns,
+switching every few seconds, and at the farthest its verifies are slower while
+its one-row steps are not. A second table gives the cost in steps for each
+cluster of round trips (the sets' median k-row time over their median one-row
+time), with the number of sets.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -41,20 +50,52 @@ def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.nd
     return elapsed, ids
 
 
+def placement_gap() -> float:
+    """The round trip in ns between the first two CPUs this process may use (0 with fewer)."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return max(0.0, _core.core_round_trip_ns(cpus[0], cpus[1])) if len(cpus) >= 2 else 0.0
+
+
 def measure_path(args, path: str, context: np.ndarray,
-                 verifies: dict[int, np.ndarray]) -> tuple[dict[int, list[float]], dict[int, np.ndarray]]:
-    """One path at a time: two loaded targets would each keep a spinning threadpool."""
+                 verifies: dict[int, np.ndarray]) -> tuple[list[tuple[float, dict[int, float]]], dict[int, np.ndarray]]:
+    """One path at a time: two loaded targets would each keep a spinning threadpool.
+    Returns each set's (round trip ns, {rows: ms}) and the last argmax ids."""
     target = ggspec.load(args.model, n_threads=args.threads, n_ctx=args.context + 128, row_kernels=path)
     target.spec_forward(context)
-    times: dict[int, list[float]] = {k: [] for k in verifies}
     ids = {}
     for k, tokens in verifies.items():
         time_verify(target, tokens)  # builds the k-row graph
+    sets = []
     for _ in range(args.samples):
+        gap = placement_gap()
+        times = {}
         for k, tokens in verifies.items():
             elapsed, ids[k] = time_verify(target, tokens)
-            times[k].append(elapsed * 1e3)
-    return times, ids
+            times[k] = elapsed * 1e3
+        sets.append((gap, times))
+    return sets, ids
+
+
+def placements(gaps: list[float]) -> list[tuple[float, float]]:
+    """The round trips' clusters, as (least, most): sorted, a cluster ends where
+    the next value is more than 1.6 times the last (this VM's vCPUs sit about
+    55, 200-300 or 550-750 ns apart)."""
+    clusters: list[list[float]] = []
+    for gap in sorted(gaps):
+        if clusters and gap <= 1.6 * clusters[-1][-1]:
+            clusters[-1].append(gap)
+        else:
+            clusters.append([gap])
+    return [(c[0], c[-1]) for c in clusters]
+
+
+def placement_cost(sets: list[tuple[float, dict[int, float]]], k: int, span: tuple[float, float]) -> str:
+    """k rows in one-row steps over the sets whose round trip falls in span:
+    their median k-row time over their median one-row time, and how many."""
+    chosen = [times for gap, times in sets if span[0] <= gap <= span[1]]
+    if not chosen:
+        return "- (0)"
+    return f"{statistics.median(t[k] for t in chosen) / statistics.median(t[1] for t in chosen):.2f} ({len(chosen)})"
 
 
 def main() -> None:
@@ -75,16 +116,16 @@ def main() -> None:
     rng = np.random.default_rng(0)
     context = rng.integers(0, n_vocab, args.context, dtype=np.int32)
     verifies = {k: rng.integers(0, n_vocab, k, dtype=np.int32) for k in rows}
-    times = {path: {k: [] for k in rows} for path in paths}  # every sample, ms
+    sets: dict[str, list[tuple[float, dict[int, float]]]] = {path: [] for path in paths}
     ratios = {path: {k: [] for k in rows} for path in paths}  # each round's, in one-row steps
     ids: dict[str, dict[int, np.ndarray]] = {}
     for round_ in range(args.repeats):
         for path in paths[round_ % len(paths):] + paths[:round_ % len(paths)]:
             samples, ids[path] = measure_path(args, path, context, verifies)
-            one = statistics.median(samples[1])
+            sets[path] += samples
+            one = statistics.median(t[1] for _, t in samples)
             for k in rows:
-                times[path][k] += samples[k]
-                ratios[path][k].append(statistics.median(samples[k]) / one)
+                ratios[path][k].append(statistics.median(t[k] for _, t in samples) / one)
     ggml_bits = [path for path in paths if path != "vnni-block"]  # its block order has other bits
     for path in ggml_bits[1:]:
         for k in rows:
@@ -95,12 +136,19 @@ def main() -> None:
     print("| rows | " + " | ".join(f"{p} ms | {p} steps | rounds" for p in paths) + " |")
     print("|---|" + "---|---|---|" * len(paths))
     for k in rows:
-        cells = [f"{statistics.median(times[p][k]):.1f} | {statistics.median(ratios[p][k]):.2f} | "
+        cells = [f"{statistics.median(t[k] for _, t in sets[p]):.1f} | {statistics.median(ratios[p][k]):.2f} | "
                  f"{min(ratios[p][k]):.2f}-{max(ratios[p][k]):.2f}" for p in paths]
         print(f"| {k} | " + " | ".join(cells) + " |")
-    print("steps: the median over rounds of each round's median k-row time / median one-row time; "
-          "rounds: the least and most of those")
-
+    print("steps: the median over rounds of each round's median k-row time / median one-row time; rounds: the least "
+          "and most of those")
+    spans = placements([gap for p in paths for gap, _ in sets[p]])
+    print("\n| placement (round trip) | " + " | ".join(f"{p} steps at {k} rows" for p in paths for k in rows[1:]) + " |")
+    print("|---|" + "---|" * (len(paths) * (len(rows) - 1)))
+    for span in spans:
+        cells = [placement_cost(sets[p], k, span) for p in paths for k in rows[1:]]
+        print(f"| {span[0]:.0f}-{span[1]:.0f} ns | " + " | ".join(cells) + " |")
+    print("placement: a cache line's round trip between the first two CPUs just before each set of samples; "
+          "steps over the sets in each cluster (and how many)")
 
 if __name__ == "__main__":
     main()

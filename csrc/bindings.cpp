@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "core_latency.h"
 #include "errors.h"
 #include "kernels/fused_attention.h"
 #include "kernels/geglu.h"
@@ -439,6 +440,16 @@ PYBIND11_MODULE(_core, m) {
         py::arg("type_name"), py::arg("data"), "ggml's quantization of f32 rows (for writing test models).");
     m.def("architectures", &architecture_names,
           "The general.architecture values ggspec runs as a target (or as a draft model).");
+    m.def(
+        "core_round_trip_ns",
+        [](int cpu_a, int cpu_b, int trips) {
+            if (trips < 1 || trips > 10000000) throw std::invalid_argument("core_round_trip_ns takes 1 to 10^7 trips");
+            py::gil_scoped_release unlocked;
+            return core_round_trip_ns(cpu_a, cpu_b, trips);
+        },
+        py::arg("cpu_a"), py::arg("cpu_b"), py::arg("trips") = 20000,
+        "The mean round trip in ns of a cache line between threads pinned to two CPUs (negative where they "
+        "cannot be pinned): how far apart the host has put them, which benchmarks tag their samples with.");
     m.def(
         "row_kernel_paths",
         [] {

@@ -1,4 +1,7 @@
-"""The benchmark suites: prompt files, llama.cpp's counters read right, the report's arithmetic."""
+"""The benchmark suites: prompt files, llama.cpp's counters read right, the report's arithmetic, and the
+placement probe that tags verify_cost's samples."""
+
+import os
 
 import pytest
 
@@ -6,6 +9,8 @@ from bench.peer.commands import completion_cmd, speculative_cmd
 from bench.peer.generation_stats import completion_stats, speculative_stats
 from bench.spec_prompts import CANNOT_PAY, DOCUMENT, PROMPTS, SUITES, by_name
 from bench.suite_report import summarize, write_report
+from bench.verify_cost import placement_cost, placements
+from ggspec import _core
 from ggspec.engine.stats import PHASES
 
 KINDS = {"document", CANNOT_PAY, "turns-to-copy", "lists", "code"}
@@ -85,3 +90,26 @@ def test_llama_cpp_counters_are_read(smollm2_path):
 
 def _output(record: dict) -> str:
     return record["stdout_tail"] + record["stderr_tail"]
+
+
+def test_verify_cost_splits_sample_sets_by_placement():
+    """Each set of one-row and k-row timings carries the round trip measured
+    before it; the round trips cluster, and a cluster's cost is its sets'
+    median k-row over median one-row time."""
+    assert placements([55.0, 60.0, 240.0, 600.0, 290.0, 750.0]) == [(55.0, 60.0), (240.0, 290.0), (600.0, 750.0)]
+    sets = [(55.0, {1: 4.0, 8: 6.0}), (60.0, {1: 4.2, 8: 6.4}), (600.0, {1: 3.5, 8: 8.0})]
+    assert placement_cost(sets, 8, (55.0, 60.0)) == "1.51 (2)"
+    assert placement_cost(sets, 8, (600.0, 600.0)) == "2.29 (1)"
+    assert placement_cost(sets, 8, (100.0, 500.0)) == "- (0)"
+
+
+def test_core_round_trip_is_measured_between_two_pinned_cpus():
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: no round trip to measure")
+    before = os.sched_getaffinity(0)
+    assert 0 < _core.core_round_trip_ns(cpus[0], cpus[1], 2000) < 1e6
+    assert os.sched_getaffinity(0) == before  # the caller's affinity is given back
+    assert _core.core_round_trip_ns(cpus[0], 1 << 20, 10) < 0  # no such CPU: not measured
+    with pytest.raises(ValueError, match="trips"):
+        _core.core_round_trip_ns(cpus[0], cpus[1], 0)
