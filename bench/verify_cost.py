@@ -18,10 +18,13 @@ vnni-block) are checked equal.
 
 Each set of samples (one of every size) is tagged with how far apart the host
 has put the first two CPUs this process may run on: a cache line's round trip
-between threads pinned there (`_core.core_round_trip_ns`) just before it. On a
+between threads pinned there (`_core.core_round_trip_ns`, after 5 ms idle),
+then one untimed one-row step (the first forward after the probe waits on its
+threads). On a
 VM the vCPUs move: this 2-vCPU guest measures about 55, 200-300 or 550-750 ns,
-switching every few seconds, and at the farthest its verifies are slower while
-its one-row steps are not. A second table gives the cost in steps for each
+switching every few seconds, and at the farthest its verifies are slower
+(SmolLM2 `vnni-block`: 7.95 against 6.40 ms) while its one-row steps are not
+(3.61 against 3.94). A second table gives the cost in steps for each
 cluster of round trips (the sets' median k-row time over their median one-row
 time), with the number of sets.
 """
@@ -51,9 +54,14 @@ def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.nd
 
 
 def placement_gap() -> float:
-    """The round trip in ns between the first two CPUs this process may use (0 with fewer)."""
+    """The round trip in ns between the first two CPUs this process may use (0 with fewer), after
+    5 ms idle: a target's threads poll for work for a while after a forward, and the probe's
+    threads then share their CPUs (it read 90-110 ns where it reads 565 ns idle)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return max(0.0, _core.core_round_trip_ns(cpus[0], cpus[1])) if len(cpus) >= 2 else 0.0
+    if len(cpus) < 2:
+        return 0.0
+    time.sleep(0.005)
+    return max(0.0, _core.core_round_trip_ns(cpus[0], cpus[1]))
 
 
 def measure_path(args, path: str, context: np.ndarray,
@@ -68,6 +76,7 @@ def measure_path(args, path: str, context: np.ndarray,
     sets = []
     for _ in range(args.samples):
         gap = placement_gap()
+        time_verify(target, verifies[1])  # untimed: the first forward after the probe waits on its threads
         times = {}
         for k, tokens in verifies.items():
             elapsed, ids[k] = time_verify(target, tokens)
