@@ -21,7 +21,8 @@ has put the first two CPUs this process may run on: a cache line's round trip
 between threads pinned there (`_core.core_round_trip_ns`, after 5 ms idle),
 then one untimed one-row step (the first forward after the probe waits on its
 threads). On a
-VM the vCPUs move: this 2-vCPU guest measures about 55, 200-300 or 550-750 ns,
+VM the vCPUs move: beside a loaded target this 2-vCPU guest measures about 105,
+300 or 550-850 ns,
 switching every few seconds, and at the farthest its verifies are slower
 (SmolLM2 `vnni-block`: 7.95 against 6.40 ms) while its one-row steps are not
 (3.61 against 3.94). A second table gives the cost in steps for each
