@@ -191,15 +191,16 @@ inline GGSPEC_AVX2 int32_t sum_int_lanes(__m256i lanes) {
 }
 #endif
 
-// A value loaded once, kept in its register: GCC would otherwise fold the load
+// Keeps a value loaded once in its register: GCC would otherwise fold the load
 // into every instruction that reads it, and the loads would bound the tile.
-// Taken and returned by value: an array element as the asm's operand kept the
-// whole array in memory (GCC does not split an aggregate an asm names), and
-// each block of a tile stored its weight vectors to the stack, dead.
+// The asm names a copy: naming v itself, where v was an array element, kept
+// the whole array in memory (GCC does not split an aggregate an asm names),
+// and each block of a tile stored its weight vectors to the stack, dead.
 template <class T>
-inline T in_register(T v) {
-    __asm__("" : "+v"(v));
-    return v;
+inline void in_register(T & v) {
+    T copy = v;
+    __asm__("" : "+v"(copy));
+    v = copy;
 }
 
 // How far ahead of the rows being multiplied their weight lines are requested:

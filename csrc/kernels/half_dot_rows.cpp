@@ -330,8 +330,8 @@ private:
                     }
 #pragma GCC unroll 4
                     for (int p = 0; p < TA / 2; ++p) {
-                        // one load for the NW rows' FMAs, not one folded into each
-                        const __m512 yv = in_register(_mm512_loadu_ps(y + p * 2 * stride_ + 2 * at));
+                        __m512 yv = _mm512_loadu_ps(y + p * 2 * stride_ + 2 * at);
+                        in_register(yv);  // one load for the NW rows' FMAs, not one folded into each
 #pragma GCC unroll 2
                         for (int i = 0; i < NW; ++i) sum[i][j][p] = _mm512_fmadd_ps(wv[i], yv, sum[i][j][p]);
                     }

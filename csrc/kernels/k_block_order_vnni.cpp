@@ -117,7 +117,8 @@ GGSPEC_AVX512 void wide_tile(const WeightBlock * rows, int64_t nb, const WideAct
             __m256i y[kSubDwords];
 #pragma GCC unroll 8
             for (int i = 0; i < kSubDwords; ++i) {
-                y[i] = in_register(_mm256_loadu_si256((const __m256i *) (acts.values + (at * kDwords + s * kSubDwords + i) * 8)));
+                y[i] = _mm256_loadu_si256((const __m256i *) (acts.values + (at * kDwords + s * kSubDwords + i) * 8));
+                in_register(y[i]);
             }
             const __m256i start = Q6 ? _mm256_loadu_si256((const __m256i *) (acts.sums + (at * 16 + s) * 8))
                                      : _mm256_setzero_si256();

@@ -135,8 +135,8 @@ GGSPEC_AVX512 void tile_vnni(const DotRowsJob & job, const WeightBlock * weights
         for (int c = 0; c < kChunks; ++c) {
             __m512i wv[TW];
             for (int w = 0; w < TW; ++w) {
-                // loaded once for the TA rows: GCC folded the load into each vpdpwssd
-                wv[w] = in_register(_mm512_load_si512((const __m512i *) (weights[w * nb + b].w + 32 * c)));
+                wv[w] = _mm512_load_si512((const __m512i *) (weights[w * nb + b].w + 32 * c));
+                in_register(wv[w]);  // loaded once for the TA rows: GCC folded the load into each vpdpwssd
             }
             for (int r = 0; r < TA; ++r) {
                 const __m512i y = _mm512_load_si512((const __m512i *) (acts[(a + r) * nb + b].y + 32 * c));
@@ -169,15 +169,15 @@ GGSPEC_AVX2 void tile_avx2(const DotRowsJob & job, const WeightBlock * weights, 
         for (int c = 0; c < kChunks; ++c) {
             __m256i wl[TW], wh[TW];
             for (int w = 0; w < TW; ++w) {
-                // once for the TA rows (see tile_vnni)
-                wl[w] = in_register(_mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c)));
-                wh[w] = in_register(_mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c + 16)));
+                wl[w] = _mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c));
+                wh[w] = _mm256_load_si256((const __m256i *) (weights[w * nb + b].w + 32 * c + 16));
+                in_register(wl[w]), in_register(wh[w]);  // once for the TA rows (see tile_vnni)
             }
             for (int r = 0; r < TA; ++r) {
                 const int16_t * y = acts[(a + r) * nb + b].y + 32 * c;
-                // once for the TW rows
-                const __m256i yl = in_register(_mm256_load_si256((const __m256i *) y));
-                const __m256i yh = in_register(_mm256_load_si256((const __m256i *) (y + 16)));
+                __m256i yl = _mm256_load_si256((const __m256i *) y);
+                __m256i yh = _mm256_load_si256((const __m256i *) (y + 16));
+                in_register(yl), in_register(yh);  // once for the TW rows
                 for (int w = 0; w < TW; ++w) {
                     lo[w][r] = _mm256_add_epi32(lo[w][r], _mm256_madd_epi16(wl[w], yl));
                     hi[w][r] = _mm256_add_epi32(hi[w][r], _mm256_madd_epi16(wh[w], yh));
@@ -212,13 +212,14 @@ GGSPEC_AVX2 void tile_avx2_bytes(const DotRowsJob & job, const WeightBlock * wei
         for (int c = 0; c < kChunks; ++c) {
             __m256i y[TA];
             for (int r = 0; r < TA; ++r) {
-                y[r] = in_register(_mm256_load_si256((const __m256i *) (acts[(a + r) * nb + b].y8 + 32 * c)));  // once for the TW rows
+                y[r] = _mm256_load_si256((const __m256i *) (acts[(a + r) * nb + b].y8 + 32 * c));
+                in_register(y[r]);  // once for the TW rows
             }
             for (int w = 0; w < TW; ++w) {
                 const WeightBlock & wb = weights[w * nb + b];
-                // once for the TA rows
-                const __m256i q = in_register(_mm256_load_si256((const __m256i *) (wb.bytes.q + 32 * c)));
-                const __m256i scales = in_register(_mm256_load_si256((const __m256i *) wb.bytes.scales[c]));
+                __m256i q = _mm256_load_si256((const __m256i *) (wb.bytes.q + 32 * c));
+                __m256i scales = _mm256_load_si256((const __m256i *) wb.bytes.scales[c]);
+                in_register(q), in_register(scales);  // once for the TA rows
                 for (int r = 0; r < TA; ++r) {
                     lanes[w][r] = _mm256_add_epi32(lanes[w][r],
                                                    _mm256_madd_epi16(_mm256_maddubs_epi16(q, y[r]), scales));

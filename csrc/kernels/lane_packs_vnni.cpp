@@ -92,18 +92,21 @@ GGSPEC_AVX512 void lanes_tile(const uint8_t * group, int64_t nb, const LaneActs 
         if constexpr (T == GGML_TYPE_Q8_0) {
 #pragma GCC unroll 8
             for (int j = 0; j < 8; ++j) {
-                w[j] = in_register(_mm512_loadu_si512(qs + 64 * j));
+                w[j] = _mm512_loadu_si512(qs + 64 * j);
+                in_register(w[j]);
             }
         } else {
 #pragma GCC unroll 4
             for (int j = 0; j < 4; ++j) {
                 const __m512i q = _mm512_loadu_si512(qs + 64 * j);
-                __m512i lo = _mm512_and_si512(q, low), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
+                w[j] = _mm512_and_si512(q, low);
+                w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low);
                 if constexpr (Fifth) {
-                    lo = _mm512_mask_add_epi8(lo, fifth_bits(qh, j, false), lo, fifth);
-                    hi = _mm512_mask_add_epi8(hi, fifth_bits(qh, j, true), hi, fifth);
+                    w[j] = _mm512_mask_add_epi8(w[j], fifth_bits(qh, j, false), w[j], fifth);
+                    w[j + 4] = _mm512_mask_add_epi8(w[j + 4], fifth_bits(qh, j, true), w[j + 4], fifth);
                 }
-                w[j] = in_register(lo), w[j + 4] = in_register(hi);
+                in_register(w[j]);
+                in_register(w[j + 4]);
             }
         }
 #pragma GCC unroll 8
@@ -152,7 +155,8 @@ GGSPEC_AVX512 void k_lanes_tile(const uint8_t * group, int64_t nb, const LaneAct
 #pragma GCC unroll 8
             for (int j = 0; j < 8; ++j) {
                 const __m512i q = _mm512_loadu_si512(qs + 64 * (8 * (sub / 2) + j));
-                w[j] = in_register(_mm512_and_si512(sub % 2 ? _mm512_srli_epi16(q, 4) : q, low));
+                w[j] = _mm512_and_si512(sub % 2 ? _mm512_srli_epi16(q, 4) : q, low);
+                in_register(w[j]);
             }
             const __m512i scale = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *) (scales + 16 * sub)));
 #pragma GCC unroll 8

@@ -206,10 +206,11 @@ __attribute__((always_inline)) GGSPEC_AVX512 inline int64_t lane_block(const Pac
     for (int i = 0; i < N; ++i) {
         const int32_t * values = acts.lane_values + (at + lane_slot(i)) * 8;  // and, at 16 lanes, dword i + 4's
         if constexpr (N == 4) {
-            y[i] = in_register(_mm512_loadu_si512(values));
+            y[i] = _mm512_loadu_si512(values);
         } else {
-            y[i] = in_register(_mm256_loadu_si256((const __m256i *) values));
+            y[i] = _mm256_loadu_si256((const __m256i *) values);
         }
+        in_register(y[i]);
     }
     init = Signed ? _mm256_loadu_si256((const __m256i *) (acts.lane_correction + at)) : _mm256_setzero_si256();
     scales = _mm256_loadu_ps(acts.lane_scale + at);

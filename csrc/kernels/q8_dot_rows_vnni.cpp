@@ -152,8 +152,9 @@ GGSPEC_AVX512 void tile(const TileArgs & args, int w_off, int64_t a0, const Weig
 #pragma GCC unroll 16
                 for (int r = 0; r < NA; ++r) {  // each activation block loaded once for the NW rows
                     const int64_t at = b * n + a0 + r;
-                    const __m256i y = in_register(_mm256_loadu_si256((const __m256i *) (acts.y + at * kQ8Block)));
-                    const __m256i init = in_register(block_init<Signed>(acts, at));
+                    __m256i y = _mm256_loadu_si256((const __m256i *) (acts.y + at * kQ8Block));
+                    __m256i init = block_init<Signed>(acts, at);
+                    in_register(y), in_register(init);
 #pragma GCC unroll 16
                     for (int w = 0; w < NW; ++w) {
                         const __m256 q = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(init, u[w], y));
