@@ -20,14 +20,12 @@ Each set of samples (one of every size) is tagged with how far apart the host
 has put the first two CPUs this process may run on: a cache line's round trip
 between threads pinned there (`_core.core_round_trip_ns`, after 5 ms idle),
 then one untimed one-row step (the first forward after the probe waits on its
-threads). On a
-VM the vCPUs move: beside a loaded target this 2-vCPU guest measures about 105,
-300 or 550-850 ns,
-switching every few seconds, and at the farthest its verifies are slower
-(SmolLM2 `vnni-block`: 7.95 against 6.40 ms) while its one-row steps are not
-(3.61 against 3.94). A second table gives the cost in steps for each
-cluster of round trips (the sets' median k-row time over their median one-row
-time), with the number of sets.
+threads). On a VM the vCPUs move: beside a loaded target this 2-vCPU guest
+reads about 105, 300 or 550-850 ns, switching every few seconds, and at the
+farthest its verifies are slower (SmolLM2 `vnni-block`: 7.95 against 6.40 ms)
+while its one-row steps are not (3.61 against 3.94). A second table gives the
+cost in steps for each cluster of round trips (the sets' median k-row time
+over their median one-row time), with the number of sets.
 """
 
 from __future__ import annotations
@@ -57,7 +55,8 @@ def time_verify(target: ggspec.Target, tokens: np.ndarray) -> tuple[float, np.nd
 def placement_gap() -> float:
     """The round trip in ns between the first two CPUs this process may use (0 with fewer), after
     5 ms idle: a target's threads poll for work for a while after a forward, and the probe's
-    threads then share their CPUs (it read 90-110 ns where it reads 565 ns idle)."""
+    threads then share their CPUs (right after a forward it read 90-110 ns where 5 ms later it
+    read 565)."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     if len(cpus) < 2:
         return 0.0
@@ -88,8 +87,8 @@ def measure_path(args, path: str, context: np.ndarray,
 
 def placements(gaps: list[float]) -> list[tuple[float, float]]:
     """The round trips' clusters, as (least, most): sorted, a cluster ends where
-    the next value is more than 1.6 times the last (this VM's vCPUs sit about
-    55, 200-300 or 550-750 ns apart)."""
+    the next value is more than 1.6 times the last (on this VM about 105, 300
+    and 550-850 ns)."""
     clusters: list[list[float]] = []
     for gap in sorted(gaps):
         if clusters and gap <= 1.6 * clusters[-1][-1]:
