@@ -49,20 +49,15 @@ double core_round_trip_ns(int cpu_a, int cpu_b, int trips) {
     while (!ready.load()) {
     }
     double ns = -1.0;
-    if (pinned_a && pinned_b) {
+    if (pinned_b) {  // b bounces `trips` times once pinned: run them, and time them only where a is pinned too
         const auto t0 = std::chrono::steady_clock::now();
         for (int i = 0; i < trips; ++i) {
             turn.store(2 * i + 1, std::memory_order_release);
             while (turn.load(std::memory_order_acquire) != 2 * i + 2) {
             }
         }
-        ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / trips;
-    } else if (pinned_b) {  // b waits for moves that will not come: let it finish
-        for (int i = 0; i < trips; ++i) {
-            turn.store(2 * i + 1, std::memory_order_release);
-            while (turn.load(std::memory_order_acquire) != 2 * i + 2) {
-            }
-        }
+        const std::chrono::duration<double, std::nano> elapsed = std::chrono::steady_clock::now() - t0;
+        if (pinned_a) ns = elapsed.count() / trips;
     }
     b.join();
 #if defined(__linux__)
