@@ -88,10 +88,11 @@ def measure_path(args, path: str, context: np.ndarray,
 def placements(gaps: list[float]) -> list[tuple[float, float]]:
     """The round trips' clusters, as (least, most): sorted, a cluster ends where
     the next value is more than 1.6 times the last (on this VM about 105, 300
-    and 550-850 ns)."""
+    and 550-850 ns), or more than twice its least: round trips spread evenly
+    from 82 to 1821 ns (a noisy neighbour) would otherwise chain into one."""
     clusters: list[list[float]] = []
     for gap in sorted(gaps):
-        if clusters and gap <= 1.6 * clusters[-1][-1]:
+        if clusters and gap <= 1.6 * clusters[-1][-1] and gap <= 2 * clusters[-1][0]:
             clusters[-1].append(gap)
         else:
             clusters.append([gap])

@@ -97,6 +97,8 @@ def test_verify_cost_splits_sample_sets_by_placement():
     before it; the round trips cluster, and a cluster's cost is its sets'
     median k-row over median one-row time."""
     assert placements([55.0, 60.0, 240.0, 600.0, 290.0, 750.0]) == [(55.0, 60.0), (240.0, 290.0), (600.0, 750.0)]
+    # an even spread, no step over 1.6x, still splits where a cluster would pass twice its least
+    assert placements([80.0, 120.0, 170.0, 250.0, 360.0, 520.0]) == [(80.0, 120.0), (170.0, 250.0), (360.0, 520.0)]
     sets = [(55.0, {1: 4.0, 8: 6.0}), (60.0, {1: 4.2, 8: 6.4}), (600.0, {1: 3.5, 8: 8.0})]
     assert placement_cost(sets, 8, (55.0, 60.0)) == "1.51 (2)"
     assert placement_cost(sets, 8, (600.0, 600.0)) == "2.29 (1)"
