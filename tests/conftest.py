@@ -11,8 +11,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Property tests take no per-example deadline: a loaded host can stall any example.
+settings.register_profile("ggspec", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("ggspec")
 
 
 def _package_dir(name: str) -> Path:

@@ -50,6 +50,7 @@ class RpcWorker:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{program[-1]} exited with {self.proc.returncode}:\n{log.read_text()}")
             if time.monotonic() > deadline:
+                self.stop(signal.SIGKILL)  # none outlives a failed start
                 raise TimeoutError(f"{program[-1]} did not listen in {start_timeout} s:\n{log.read_text()}")
             time.sleep(0.05)
 

@@ -25,8 +25,14 @@ class ServerProcess:
         self.proc = subprocess.Popen([sys.executable, "-m", "ggspec", "serve", "--host", "127.0.0.1", "--port", "0",
                                       *key, *args], stdout=self._log_file, stderr=subprocess.STDOUT,
                                      cwd=str(REPO), env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        self.url = self._wait_for_port(start_timeout)
-        self.wait_healthy(start_timeout)
+        try:
+            self.url = self._wait_for_port(start_timeout)
+            self.wait_healthy(start_timeout)
+        except BaseException:  # no server outlives a failed start, loading its model for the later tests
+            self.proc.kill()
+            self.proc.wait(10)
+            self._log_file.close()
+            raise
 
     def _wait_for_port(self, timeout: float) -> str:
         deadline = time.monotonic() + timeout

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from bench.peer.commands import completion_cmd, speculative_cmd
-from bench.peer.generation_stats import completion_stats, speculative_stats
+from bench.peer.generation_stats import completion_stats, run_for_stats, speculative_stats, whole_log
 from bench.spec_prompts import CANNOT_PAY, DOCUMENT, PROMPTS, SUITES, by_name
 from bench.suite_report import summarize, write_report
 from bench.verify_cost import placement_cost, placements
@@ -72,24 +72,18 @@ def test_report_ratios_are_per_round_and_acceptance_is_counted(tmp_path):
 @pytest.mark.peer
 @pytest.mark.slow
 def test_llama_cpp_counters_are_read(smollm2_path):
-    from bench.harness import run_once
-
     text = by_name("doc-repeat").raw
     n = 48
-    out = _output(run_once(speculative_cmd(smollm2_path, text, "ngram-simple", n, ctx=1024), None))
+    out = run_for_stats(speculative_cmd(smollm2_path, text, "ngram-simple", n, ctx=1024), parse=whole_log)["log"]
     spec = speculative_stats(out)
     assert spec["call_tokens"] >= n and spec["tokens_per_second"] > 0
     assert 0 < spec["draft_n_accepted"] <= spec["draft_n"]
     assert spec["target_calls"] == spec["call_tokens"] - spec["draft_n_accepted"]
     assert 1 <= spec["verify_steps"] < spec["target_calls"]
-    plain = completion_stats(_output(run_once(completion_cmd(smollm2_path, text, n, ctx=1024), None)))
+    plain = run_for_stats(completion_cmd(smollm2_path, text, n, ctx=1024), parse=completion_stats)
     assert (plain["call_tokens"], plain["target_calls"]) == (n - 1, n - 1) and plain["tokens_per_second"] > 0
     with pytest.raises(ValueError, match="lacks"):
         speculative_stats(out.replace("n_drafted", "n_proposed"))
-
-
-def _output(record: dict) -> str:
-    return record["stdout_tail"] + record["stderr_tail"]
 
 
 def test_verify_cost_splits_sample_sets_by_placement():

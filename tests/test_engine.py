@@ -83,8 +83,8 @@ def test_cancel_stops_the_request_within_one_step(model):
     with ggspec.Engine(model) as engine:
         run = engine.submit("a b c", max_tokens=400, ignore_eos=True, spec=False, **GREEDY)
         next(iter(run))
-        seen = len(run.tokens)
         run.cancel()
+        seen = len(run.tokens)
         result = run.result
         assert result.stats["stop"] == "cancelled"
         assert len(result.tokens) <= seen + 1  # the step in flight, then nothing
@@ -94,12 +94,16 @@ def test_cancel_stops_the_request_within_one_step(model):
 
 
 def test_dropping_a_stream_cancels_it(model):
-    ended = []
+    # once the stream has given text, the engine waits at each token until the stream is gone
+    ended, streaming, dropped = [], threading.Event(), threading.Event()
     with ggspec.Engine(model) as engine:
-        run = engine.submit("a b c", max_tokens=400, ignore_eos=True, **GREEDY, on_finish=ended.append)
+        run = engine.submit("a b c", max_tokens=400, ignore_eos=True, **GREEDY, on_finish=ended.append,
+                            on_token=lambda _: streaming.is_set() and dropped.wait(60))
         next(iter(run))
+        streaming.set()
         del run
         gc.collect()
+        dropped.set()
         engine.submit("x", max_tokens=2, **GREEDY).result  # runs after the dropped one has ended
     assert ended[0].stats["stop"] == "cancelled" and len(ended[0].tokens) < 400
 

@@ -15,13 +15,13 @@ from tests.fuzz.run import Child, write_bases
 
 def test_a_short_run_finds_no_crash_hang_blowup_or_stray_exception(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "--mutants", "100000", "--seconds", "45",
-                           "--state", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=300)
+    # a fixed count (seed 0), not a time: the same mutants however busy the host is (about 30 s here)
+    proc = subprocess.run([sys.executable, "-m", "tests.fuzz", "--mutants", "600", "--state", str(tmp_path)],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     summary = json.loads(proc.stdout)
     assert proc.returncode == 0, (summary, proc.stderr[-3000:])
     counts = summary["counts"]
-    assert summary["mutants"] >= 200, summary
+    assert summary["mutants"] == 600, summary
     # the mutants reach both sides: some still run, and refusals come from several checks
     assert counts["ok"] > 0 and counts["refused"] > 0 and len(summary["refusals"]) >= 5, summary
 

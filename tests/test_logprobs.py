@@ -1,11 +1,14 @@
 """Logprobs come from the trunk rows: each emitted token's log-softmax over the row
 it was drawn from, the same bits with speculation on or off, on one slot or many."""
 
+import threading
+
 import numpy as np
 import pytest
 
 import ggspec
 from ggspec.engine.logprobs import token_logprob
+from ggspec.speculators.options import SpecOptions
 
 PROMPT = "one two three one two three one two"
 
@@ -23,7 +26,7 @@ def run(path, slots, spec, top=3, **options):
 
 @pytest.mark.parametrize("options", [dict(temperature=0), dict(temperature=0.8, seed=5)])
 def test_each_token_s_logprob_is_its_row_s_log_softmax(path, options):
-    result = run(path, 1, "ngram", **options)
+    result = run(path, 1, SpecOptions(spec_type="ngram", governor=False), **options)
     assert result.stats["draft_n_accepted"] > 0  # verify rows were used
     # the whole sequence in one forward: its rows have a one-row step's bits
     target = ggspec.load(path, n_ctx=256, n_threads=2)
@@ -47,9 +50,12 @@ def test_speculation_and_slots_change_no_logprob_and_logprobs_no_token(path):
     assert without.tokens == plain.tokens and without.logprobs is None
     # in one batch, a slot asking for full rows makes the forward return them for all
     model = ggspec.Model(path, n_ctx=256, n_threads=2)
+    submitted = threading.Event()  # the first request waits for the others, so that all three share steps
     with ggspec.Engine(model, slots=3) as engine:
-        streams = [engine.submit(PROMPT, max_tokens=24, ignore_eos=True, spec="ngram", logprobs=top, **sampled)
-                   for top in (3, None, 3)]
+        streams = [engine.submit(PROMPT, max_tokens=24, ignore_eos=True, spec="ngram", logprobs=top, **sampled,
+                                 on_token=(lambda _: submitted.wait(60)) if i == 0 else None)
+                   for i, top in enumerate((3, None, 3))]
+        submitted.set()
         results = [s.result for s in streams]
     assert max(r.stats["max_batch_slots"] for r in results) == 3
     assert [r.tokens for r in results] == [plain.tokens] * 3

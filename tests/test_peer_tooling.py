@@ -81,3 +81,27 @@ def test_disturbed_pairs_are_redone_and_excluded(monkeypatch):
     assert result["discarded_runs"] == 2
     assert result["ratios_b_over_a"] == [2.0, 3.0]
     assert result["a"]["median"] == 10.0
+
+
+def test_a_log_cut_short_is_run_again_after_a_growing_pause(tmp_path, monkeypatch):
+    """llama.cpp's tools can exit before their log worker prints the last lines: the
+    run is repeated, pausing longer each time, and a run that never arrives whole raises."""
+    import bench.peer.generation_stats as stats
+
+    pauses: list[float] = []
+    monkeypatch.setattr("time.sleep", pauses.append)
+    runs = tmp_path / "runs"
+    whole = "common_perf_print:        eval time =       1.76 ms /    23 runs"
+    # whole from the third run on
+    code = (f"import pathlib; p = pathlib.Path({str(runs)!r}); n = len(p.read_text()) if p.exists() else 0; "
+            f"p.write_text('x' * (n + 1)); print({whole!r} if n >= 2 else 'generate: n_ctx = 256')")
+    cmd = [sys.executable, "-c", code]
+    assert stats.run_for_stats(cmd, parse=stats.completion_stats)["call_tokens"] == 23
+    assert pauses == [0.5, 1.0]
+    runs.unlink()
+    pauses.clear()
+    with pytest.raises(ValueError, match="lacks"):
+        stats.run_for_stats(cmd, parse=stats.whole_log, attempts=2)
+    assert pauses == [0.5]
+    with pytest.raises(RuntimeError, match="exited with 3"):
+        stats.run_for_stats([sys.executable, "-c", "raise SystemExit(3)"])

@@ -37,7 +37,7 @@ def workers(tmp_path_factory):
     yield started
     gc.collect()  # targets that outlived a failed test free their buffers while the workers run
     for w in started:
-        assert w.stop() < 1.5, w.log.read_text()  # SIGTERM ends it while ggml's loop blocks
+        assert w.stop() < 10, w.log.read_text()  # SIGTERM ends it while ggml's loop blocks
         assert w.proc.returncode == 0
 
 

@@ -273,10 +273,15 @@ def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
     with pytest.raises(openai.APITimeoutError):
         chat(impatient, "Count to a thousand.", temperature=0, max_tokens=900,
              extra_body={"ignore_eos": True, "speculative": {"type": "none"}})
-    deadline = time.monotonic() + 3  # its 900 tokens would take 8 s or more
-    while metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') < cancelled + 1:
-        assert time.monotonic() < deadline, "a client that left kept its slot"
+    # it ends either way: cancelled (the server saw the client leave), or at its 900 tokens (8 s or more)
+    ran_out = metric(server, 'ggspec:request_success_total{finished_reason="length"}')
+    deadline = time.monotonic() + 120
+    while (metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') == cancelled
+           and metric(server, 'ggspec:request_success_total{finished_reason="length"}') == ran_out):
+        assert time.monotonic() < deadline, "the request never ended"
         time.sleep(0.05)
+    assert metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') == cancelled + 1, \
+        "a client that left kept its slot to the end"
     assert metric(server, "ggspec:num_requests_running") + metric(server, "ggspec:num_requests_waiting") == 0
 
 
@@ -375,7 +380,7 @@ def test_shutdown_finishes_what_ends_in_its_grace_and_cancels_the_rest(smollm2_p
         ends[name] = (chunks[-1].choices[0].finish_reason if chunks[-1].choices else "usage", len(chunks))
 
     started = threading.Semaphore(0)
-    threads = [threading.Thread(target=run, args=("short", 60)), threading.Thread(target=run, args=("long", 1000))]
+    threads = [threading.Thread(target=run, args=("short", 24)), threading.Thread(target=run, args=("long", 1000))]
     [t.start() for t in threads]
     assert started.acquire(timeout=60) and started.acquire(timeout=60)
     t0 = time.monotonic()
@@ -383,7 +388,7 @@ def test_shutdown_finishes_what_ends_in_its_grace_and_cancels_the_rest(smollm2_p
     [t.join(60) for t in threads]
     assert process.proc.wait(30) == 0, process.log.read_text()  # a second SIGINT would force it
     process.stop()
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 40  # the 5 s grace, then the long one cut and the model freed
     log = process.log.read_text()
     assert "server stopped" in log and "Traceback" not in log, log
     assert ends["short"][0] == "length"           # it finished in the grace

@@ -63,7 +63,7 @@ def server(smollm2_path, tmp_path_factory):
 
 
 def test_32_clients_a_quarter_cancelled_each_completed_one_equals_its_solo_run(server):
-    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=600)
     jobs = [job(i) for i in range(CLIENTS)]
     results: dict[int, dict] = {}
     errors: dict[int, BaseException] = {}
@@ -78,7 +78,7 @@ def test_32_clients_a_quarter_cancelled_each_completed_one_equals_its_solo_run(s
     threads = [threading.Thread(target=client_thread, args=(i,)) for i in range(CLIENTS)]
     t0 = time.monotonic()
     [t.start() for t in threads]
-    [t.join(max(1.0, 240 - (time.monotonic() - t0))) for t in threads]
+    [t.join(max(1.0, 600 - (time.monotonic() - t0))) for t in threads]
     wall = time.monotonic() - t0
     assert not any(t.is_alive() for t in threads), "a client hung"
     assert not errors, errors

@@ -55,11 +55,23 @@ def speculative_stats(output: str) -> dict:
             "verify_steps": min(drafted, max(0, calls - _int(EVAL_RUNS, output)))}
 
 
-def run_for_stats(cmd: list[str], parse=speculative_stats, attempts: int = 3, timeout: float = 120) -> dict:
-    """Runs a llama.cpp tool and parses its stats. Its log lines go through a worker
-    thread, and now and then a run's last lines never reach stderr (seen on cold
-    starts): such a run is repeated, up to `attempts` times. A failing exit raises."""
+def whole_log(output: str) -> dict:
+    """The log as it is, once its closing counters show it arrived whole."""
+    _int(EVAL_RUNS, output)
+    return {"log": output}
+
+
+def run_for_stats(cmd: list[str], parse=speculative_stats, attempts: int = 5, timeout: float = 120) -> dict:
+    """Runs a llama.cpp tool and parses its stats. A failing exit raises.
+
+    The tools log through a worker thread of a logger that is never flushed at exit
+    (common/log.cpp leaks it on purpose), so on a busy machine a short run can exit
+    before the worker prints its last lines: counters and generated text alike (seen
+    on cold starts, and three times in a row on a loaded CI host). Such a run is
+    repeated, after a pause that doubles each time (0.5 s to 4 s), so that the tries
+    span a burst of load rather than fall inside it."""
     import subprocess
+    import time
 
     for attempt in range(attempts):
         proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
@@ -70,7 +82,8 @@ def run_for_stats(cmd: list[str], parse=speculative_stats, attempts: int = 3, ti
         except ValueError:
             if attempt == attempts - 1:
                 raise
+            time.sleep(0.5 * 2 ** attempt)
     raise AssertionError("unreachable")
 
 
-__all__ = ["completion_stats", "speculative_stats", "run_for_stats"]
+__all__ = ["completion_stats", "speculative_stats", "whole_log", "run_for_stats"]
