@@ -122,6 +122,45 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
     params.dealer->share(ith, nth, total, a->ne[1], compute);
 }
 
+// row_mul_mats' op: src[0] x, src[1] x quantized, then each weight matrix and
+// its lane packs (or null) in turn; dst holds each matrix's [n_w, n_a] output
+// after the one before. Threads split the runs of all the matrices together.
+constexpr int kMaxStacked = (GGML_MAX_SRC - 1 - 2) / 2;  // ggml takes fewer than GGML_MAX_SRC arguments
+
+void dot_rows_stack_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
+    const DotRowsParams & params = *(const DotRowsParams *) userdata;
+    const ggml_tensor * a = dst->src[1];
+    int64_t run_ends[kMaxStacked] = {}, outputs[kMaxStacked] = {};  // cumulative runs; each output's first float
+    int n = 0;
+    for (int64_t runs = 0, floats = 0; n < kMaxStacked && dst->src[2 + 2 * n]; ++n) {
+        const int64_t n_w = dst->src[2 + 2 * n]->ne[1];
+        outputs[n] = floats;
+        run_ends[n] = runs += (n_w + kWeightRowAlign - 1) / kWeightRowAlign;
+        floats += n_w * a->ne[1];
+    }
+    const auto compute = [&](int64_t first, int64_t last) {
+        for (int64_t run = first; run < last;) {
+            int m = 0;
+            while (run >= run_ends[m]) ++m;
+            const int64_t begin = m ? run_ends[m - 1] : 0, end = std::min(last, run_ends[m]);
+            const ggml_tensor * w = dst->src[2 + 2 * m];
+            const ggml_tensor * packed = dst->src[3 + 2 * m];
+            const DotRowsJob job{w->type,      w->data, w->nb[1], (const uint8_t *) a->data, a->nb[1],
+                                 activation_type(w->type), w->ne[0] / ggml_blck_size(w->type), a->ne[1],
+                                 (float *) dst->data + outputs[m], w->ne[1], nullptr, 0, true};
+            dot_rows(job, (run - begin) * kWeightRowAlign, std::min(w->ne[1], (end - begin) * kWeightRowAlign),
+                     params.path, packed ? (const uint8_t *) packed->data : nullptr);
+            run = end;
+        }
+    };
+    const int64_t total = run_ends[n - 1];
+    if (!params.dealer || nth < 2 || a->ne[1] < 2 || total > INT32_MAX) {
+        const Span share = fixed_share(ith, nth, total);
+        return compute(share.lo, share.hi);
+    }
+    params.dealer->share(ith, nth, total, a->ne[1], compute);
+}
+
 // x's rows in the activation type (the userdata's value), as quantize_acts
 // gives them, each row by the thread that wrote it where x's op lets that be
 // known: ggml's rms_norm (and the mul fused after it) deals rows out one at a
@@ -324,6 +363,47 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
                                            (void *) (dealer ? dealer->params(path) : &kPaths[(int) path]));
     set_tag(product, {kTagMagic, TagKind::kernel, KernelOpId::dot_rows, (int32_t) path});
     return product;
+}
+
+std::vector<ggml_tensor *> row_mul_mats(ggml_context * ctx, const std::vector<ggml_tensor *> & ws, ggml_tensor * x,
+                                        RowKernels path, QuantizedActs * shared, LanePacks * packs,
+                                        RunDealer * dealer) {
+    // the weights that go in one op: those on a kernel of the first such one's type
+    const bool x_fits = shared && x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 &&
+                        x->ne[3] == 1;
+    std::vector<size_t> stacked;
+    for (size_t i = 0; i < ws.size() && x_fits && stacked.size() < (size_t) kMaxStacked; ++i) {
+        const ggml_tensor * w = ws[i];
+        if (w->ne[0] == x->ne[0] && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == ggml_type_size(w->type) &&
+            row_kernel_usable(w->type, path) &&
+            (stacked.empty() || w->type == ws[stacked[0]]->type)) {
+            stacked.push_back(i);
+        }
+    }
+    std::vector<ggml_tensor *> products(ws.size(), nullptr);
+    if (stacked.size() > 1) {
+        const ggml_type act_type = activation_type(ws[stacked[0]]->type);
+        ggml_tensor * args[GGML_MAX_SRC] = {x, shared->get(ctx, x, act_type)};
+        int64_t floats = 0;
+        for (size_t s = 0; s < stacked.size(); ++s) {
+            ggml_tensor * w = ws[stacked[s]];
+            args[2 + 2 * s] = w;
+            args[3 + 2 * s] = packs && block_order(w->type, path) ? packs->get(w) : nullptr;
+            floats += w->ne[1] * x->ne[1];
+        }
+        ggml_tensor * op = ggml_custom_4d(ctx, GGML_TYPE_F32, floats, 1, 1, 1, args, 2 + 2 * (int) stacked.size(),
+                                          dot_rows_stack_op, GGML_N_TASKS_MAX,
+                                          (void *) (dealer ? dealer->params(path) : &kPaths[(int) path]));
+        size_t offset = 0;
+        for (size_t i : stacked) {
+            products[i] = ggml_view_2d(ctx, op, ws[i]->ne[1], x->ne[1], ws[i]->ne[1] * sizeof(float), offset);
+            offset += (size_t) (ws[i]->ne[1] * x->ne[1]) * sizeof(float);
+        }
+    }
+    for (size_t i = 0; i < ws.size(); ++i) {
+        if (!products[i]) products[i] = row_mul_mat(ctx, ws[i], x, path, nullptr, shared, packs, dealer);
+    }
+    return products;
 }
 
 bool localize_row_product(ggml_tensor * node) {

@@ -68,6 +68,22 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
                           ggml_tensor * mask = nullptr, QuantizedActs * shared = nullptr, LanePacks * packs = nullptr,
                           RunDealer * dealer = nullptr);
 
+// The products of several weight matrices with one x (q, k and v; gate and up;
+// a delta-net layer's input projections), each equal bit for bit to
+// row_mul_mat's. Up to 3 of them that run on a kernel and have the first such
+// one's weight type share one op, as views [n_w, rows] of its output, x F32
+// [k, rows] quantized once by `shared`; any other is a row_mul_mat of its own.
+// (One type keeps a run of weight rows one cost, as RunDealer's shares assume:
+// with Gemma 3's Q8_0 v in one op with its Q5_0 q and k, near-placement 8-row
+// verifies read 1.022 of the unfused ones, 2 of 8 pairs faster; with v apart,
+// 0.994, 6 of 9.)
+// One op has one barrier where three had three, and its threads deal the runs
+// of all its matrices (dealer), so the small k and v products no longer end a
+// node each with their threads' uneven finish.
+std::vector<ggml_tensor *> row_mul_mats(ggml_context * ctx, const std::vector<ggml_tensor *> & ws, ggml_tensor * x,
+                                        RowKernels path, QuantizedActs * shared, LanePacks * packs = nullptr,
+                                        RunDealer * dealer = nullptr);
+
 // On an RPC worker: points a product a client tagged (kernels/portable_op.h) at
 // this process's kernel. False for any other node, and for a path this host
 // does not serve.

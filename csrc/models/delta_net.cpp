@@ -27,11 +27,12 @@ ggml_tensor * delta_net(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const size_t f = sizeof(float);
 
     // The products run over every sequence's rows at once (each row's bits are its own).
-    ggml_tensor * qkv = ggml_reshape_3d(ctx, g.matmul(l.ssm_in, x), channels, n, 1);
-    ggml_tensor * z = ggml_reshape_4d(ctx, g.matmul(l.ssm_z, x), dk, hv, n, 1);
-    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, g.matmul(l.ssm_beta, x), 1, hv, n, 1));
+    const std::vector<ggml_tensor *> in = g.matmuls({l.ssm_in, l.ssm_z, l.ssm_beta, l.ssm_alpha}, x);
+    ggml_tensor * qkv = ggml_reshape_3d(ctx, in[0], channels, n, 1);
+    ggml_tensor * z = ggml_reshape_4d(ctx, in[1], dk, hv, n, 1);
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_reshape_4d(ctx, in[2], 1, hv, n, 1));
     // The log-decay per head and row: softplus(alpha + dt_bias) * -exp(A_log) <= 0.
-    ggml_tensor * decay = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, g.matmul(l.ssm_alpha, x), l.ssm_dt)), l.ssm_a);
+    ggml_tensor * decay = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, in[3], l.ssm_dt)), l.ssm_a);
     decay = ggml_reshape_4d(ctx, decay, 1, hv, n, 1);
 
     // The recurrence runs per sequence, on its own state, exactly as that

@@ -66,6 +66,18 @@ struct ForwardGraph {
     ggml_tensor * matmul(ggml_tensor * weight, ggml_tensor * x, ggml_tensor * mask = nullptr) {
         return row_mul_mat(ctx, weight, x, products_for(weight), mask, &quantized_acts, w.lane_packs.get(), dealer);
     }
+    // Several weights times one x (q, k and v; gate and up), matmul's bits each:
+    // in one op where they are in this host's memory (row_mul_mats), else apart.
+    std::vector<ggml_tensor *> matmuls(const std::vector<ggml_tensor *> & weights, ggml_tensor * x) {
+        bool local = true;
+        for (const ggml_tensor * weight : weights) local = local && !remote(weight);
+        if (!local) {
+            std::vector<ggml_tensor *> products;
+            for (ggml_tensor * weight : weights) products.push_back(matmul(weight, x));
+            return products;
+        }
+        return row_mul_mats(ctx, weights, x, row_kernels, &quantized_acts, w.lane_packs.get(), dealer);
+    }
     // The kernel path for ops on `t` (a weight, or a view of a cache): ggspec's
     // kernels are custom ops holding this process's function pointers, so a
     // split target's layers on an RPC worker (their memory not this host's)

@@ -115,9 +115,9 @@ QkvRows project_qkv(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const int64_t n_q = hd * hp.n_head, n_kv = hd * n_head_kv;
     auto biased = [&](ggml_tensor * y, ggml_tensor * bias) { return bias ? ggml_add(ctx, y, bias) : y; };
     if (!l.wqkv) {
-        return {ggml_reshape_3d(ctx, biased(g.matmul(l.wq, x), l.bq), hd, hp.n_head, n),
-                ggml_reshape_3d(ctx, biased(g.matmul(l.wk, x), l.bk), hd, n_head_kv, n),
-                biased(g.matmul(l.wv, x), l.bv)};
+        const std::vector<ggml_tensor *> qkv = g.matmuls({l.wq, l.wk, l.wv}, x);
+        return {ggml_reshape_3d(ctx, biased(qkv[0], l.bq), hd, hp.n_head, n),
+                ggml_reshape_3d(ctx, biased(qkv[1], l.bk), hd, n_head_kv, n), biased(qkv[2], l.bv)};
     }
     ggml_tensor * qkv = g.matmul(l.wqkv, x);
     if (l.bqkv) {
@@ -149,8 +149,9 @@ ggml_tensor * gated_ffn(ForwardGraph & g, const LayerWeights & l, ggml_tensor * 
     if (!l.ffn_gate) {  // fused [gate; up] (phi3, SiLU): ggml's swiglu splits the row in halves
         return g.matmul(l.ffn_down, ggml_swiglu(g.ctx, g.matmul(l.ffn_up, x)));
     }
-    ggml_tensor * gate = g.matmul(l.ffn_gate, x);
-    ggml_tensor * up = g.matmul(l.ffn_up, x);
+    const std::vector<ggml_tensor *> gate_up = g.matmuls({l.ffn_gate, l.ffn_up}, x);
+    ggml_tensor * gate = gate_up[0];
+    ggml_tensor * up = gate_up[1];
     ggml_tensor * h = act == FfnActivation::silu ? ggml_swiglu_split(g.ctx, gate, up)
                                                  : geglu(g.ctx, gate, up, g.kernels_for(l.ffn_gate));
     return g.matmul(l.ffn_down, h);

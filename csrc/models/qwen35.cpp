@@ -111,12 +111,13 @@ ggml_tensor * gated_attention(ForwardGraph & g, int64_t il, ggml_tensor * x) {
     const int64_t n = g.n_rows, hd = hp.head_dim;
     const size_t f = sizeof(float);
 
-    ggml_tensor * q_and_gate = g.matmul(l.wq, x);  // [2 * hd * n_head, n]
+    const std::vector<ggml_tensor *> qkv = g.matmuls({l.wq, l.wk, l.wv}, x);
+    ggml_tensor * q_and_gate = qkv[0];  // [2 * hd * n_head, n]
     ggml_tensor * q = ggml_view_3d(ctx, q_and_gate, hd, hp.n_head, n, 2 * hd * f, q_and_gate->nb[1], 0);
     ggml_tensor * gate = ggml_view_3d(ctx, q_and_gate, hd, hp.n_head, n, 2 * hd * f, q_and_gate->nb[1], hd * f);
     gate = ggml_cont_2d(ctx, gate, hd * hp.n_head, n);
-    ggml_tensor * k = ggml_reshape_3d(ctx, g.matmul(l.wk, x), hd, hp.n_head_kv, n);
-    ggml_tensor * v = g.matmul(l.wv, x);
+    ggml_tensor * k = ggml_reshape_3d(ctx, qkv[1], hd, hp.n_head_kv, n);
+    ggml_tensor * v = qkv[2];
     q = rope(g, il, rms_norm(g, q, l.q_norm));
     k = rope(g, il, rms_norm(g, k, l.k_norm));
     ggml_tensor * heads = ggml_mul(ctx, attend(g, il, q, k, v), ggml_sigmoid(ctx, gate));
