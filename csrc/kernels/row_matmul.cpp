@@ -145,7 +145,7 @@ void dot_rows_stack_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             const int64_t begin = m ? run_ends[m - 1] : 0, end = std::min(last, run_ends[m]);
             const ggml_tensor * w = dst->src[2 + 2 * m];
             const ggml_tensor * packed = dst->src[3 + 2 * m];
-            const DotRowsJob job{w->type,      w->data, w->nb[1], (const uint8_t *) a->data, a->nb[1],
+            const DotRowsJob job{w->type, w->data, w->nb[1], (const uint8_t *) a->data, a->nb[1],
                                  activation_type(w->type), w->ne[0] / ggml_blck_size(w->type), a->ne[1],
                                  (float *) dst->data + outputs[m], w->ne[1], nullptr, 0, true};
             dot_rows(job, (run - begin) * kWeightRowAlign, std::min(w->ne[1], (end - begin) * kWeightRowAlign),

@@ -77,9 +77,9 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
 // with Gemma 3's Q8_0 v in one op with its Q5_0 q and k, near-placement 8-row
 // verifies read 1.022 of the unfused ones, 2 of 8 pairs faster; with v apart,
 // 0.994, 6 of 9.)
-// One op has one barrier where three had three, and its threads deal the runs
-// of all its matrices (dealer), so the small k and v products no longer end a
-// node each with their threads' uneven finish.
+// One op ends in one barrier where three products ended in three, and its
+// threads deal the runs of all its matrices (dealer), so the small k and v
+// products no longer end a node each with their threads' uneven finish.
 std::vector<ggml_tensor *> row_mul_mats(ggml_context * ctx, const std::vector<ggml_tensor *> & ws, ggml_tensor * x,
                                         RowKernels path, QuantizedActs * shared, LanePacks * packs = nullptr,
                                         RunDealer * dealer = nullptr);
