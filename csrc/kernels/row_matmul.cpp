@@ -41,6 +41,13 @@ bool kernel_handles(ggml_type type) {
 
 bool path_handles(ggml_type type, RowKernels path) { return path != RowKernels::off && kernel_handles(type); }
 
+// Whether the path's kernel multiplies w by x: F32 activation rows, matrices a
+// kernel steps through, and a kernel for w's type found exact on this CPU.
+bool kernel_takes(const ggml_tensor * w, const ggml_tensor * x, RowKernels path) {
+    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
+           x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) && row_kernel_usable(w->type, path);
+}
+
 // Whether a path's products of this type take a block order (q8_dot_rows.h,
 // k_block_order.h) rather than vec_dot's, at every row count.
 bool block_order(ggml_type type, RowKernels path) {
@@ -78,6 +85,19 @@ ggml_type activation_type(ggml_type weight_type) {
     return q8_has_min(weight_type) ? GGML_TYPE_Q8_1 : GGML_TYPE_Q8_0;
 }
 
+// Thread ith of nth's runs of a product's `total` runs of weight rows against
+// `rows` activation rows: compute(first, end) for each span it takes. A decode
+// step's one row waits on memory, and its threads were seen to finish
+// together: it keeps fixed shares, as does a product without a dealer.
+void share_runs(const DotRowsParams & params, int ith, int nth, int64_t total, int64_t rows,
+                const std::function<void(int64_t, int64_t)> & compute) {
+    if (!params.dealer || nth < 2 || rows < 2 || total > INT32_MAX) {
+        const Span share = fixed_share(ith, nth, total);
+        return compute(share.lo, share.hi);
+    }
+    params.dealer->share(ith, nth, total, rows, compute);
+}
+
 // dst [n_w, n_a, n_mat] = w [k, n_w, n_w_mat] x a [k, n_a, n_mat], matrix i of a
 // meeting matrix i / (n_mat / n_w_mat) of w (ggml_mul_mat's broadcast: attention
 // heads sharing a KV head). Threads split the weight rows of all matrices
@@ -112,14 +132,7 @@ void dot_rows_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             run = end;
         }
     };
-    const int64_t total = runs * n_mat;
-    // A decode step's one row waits on memory, and its threads were seen to
-    // finish together: it keeps fixed shares.
-    if (!params.dealer || nth < 2 || a->ne[1] < 2 || total > INT32_MAX) {
-        const Span share = fixed_share(ith, nth, total);
-        return compute(share.lo, share.hi);
-    }
-    params.dealer->share(ith, nth, total, a->ne[1], compute);
+    share_runs(params, ith, nth, runs * n_mat, a->ne[1], compute);
 }
 
 // row_mul_mats' op: src[0] x, src[1] x quantized, then each weight matrix and
@@ -153,12 +166,7 @@ void dot_rows_stack_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
             run = end;
         }
     };
-    const int64_t total = run_ends[n - 1];
-    if (!params.dealer || nth < 2 || a->ne[1] < 2 || total > INT32_MAX) {
-        const Span share = fixed_share(ith, nth, total);
-        return compute(share.lo, share.hi);
-    }
-    params.dealer->share(ith, nth, total, a->ne[1], compute);
+    share_runs(params, ith, nth, run_ends[n - 1], a->ne[1], compute);
 }
 
 // x's rows in the activation type (the userdata's value), as quantize_acts
@@ -349,10 +357,7 @@ bool row_kernel_usable(ggml_type weight_type, RowKernels path) {
 
 ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, RowKernels path, ggml_tensor * mask,
                           QuantizedActs * shared, LanePacks * packs, RunDealer * dealer) {
-    const bool kernel = x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[3] == 1 && w->ne[3] == 1 &&
-                        x->ne[2] % w->ne[2] == 0 && w->nb[0] == ggml_type_size(w->type) &&
-                        row_kernel_usable(w->type, path);
-    if (!kernel) return ggml_mul_mat(ctx, w, x);
+    if (!kernel_takes(w, x, path)) return ggml_mul_mat(ctx, w, x);
     const bool masked = attention_mask_fits(mask, w->ne[1], x->ne[1]);
     ggml_tensor * quantized = shared && x->ne[2] == 1 ? shared->get(ctx, x, activation_type(w->type)) : nullptr;
     // the kernels quantize x's rows as ggml_mul_mat does, or read them quantized
@@ -368,14 +373,11 @@ ggml_tensor * row_mul_mat(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x, 
 std::vector<ggml_tensor *> row_mul_mats(ggml_context * ctx, const std::vector<ggml_tensor *> & ws, ggml_tensor * x,
                                         RowKernels path, QuantizedActs * shared, LanePacks * packs,
                                         RunDealer * dealer) {
-    // the weights that go in one op: those on a kernel of the first such one's type
-    const bool x_fits = shared && x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[2] == 1 &&
-                        x->ne[3] == 1;
+    // the weights that go in one op: single matrices on a kernel, of the first such one's type
     std::vector<size_t> stacked;
-    for (size_t i = 0; i < ws.size() && x_fits && stacked.size() < (size_t) kMaxStacked; ++i) {
+    for (size_t i = 0; i < ws.size() && shared && x->ne[2] == 1 && stacked.size() < (size_t) kMaxStacked; ++i) {
         const ggml_tensor * w = ws[i];
-        if (w->ne[0] == x->ne[0] && w->ne[2] == 1 && w->ne[3] == 1 && w->nb[0] == ggml_type_size(w->type) &&
-            row_kernel_usable(w->type, path) &&
+        if (w->ne[0] == x->ne[0] && w->ne[2] == 1 && kernel_takes(w, x, path) &&
             (stacked.empty() || w->type == ws[stacked[0]]->type)) {
             stacked.push_back(i);
         }
