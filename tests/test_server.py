@@ -250,6 +250,11 @@ def metric(server, name: str) -> float:
                if line.startswith(name + " ") or line.startswith(name + "{"))
 
 
+def finished(server, reason: str) -> float:
+    """Requests that ended for this reason so far."""
+    return metric(server, f'ggspec:request_success_total{{finished_reason="{reason}"}}')
+
+
 def test_metrics_count_what_the_responses_report(server, client):
     names = ("ggspec:generation_tokens_total", "ggspec:spec_decode_num_draft_tokens_total",
              "ggspec:spec_decode_num_accepted_tokens_total", "ggspec:prompt_tokens_total")
@@ -268,25 +273,23 @@ def test_metrics_count_what_the_responses_report(server, client):
 
 
 def test_a_non_streaming_client_that_leaves_frees_its_slot(server):
-    cancelled = metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}')
+    cancelled = finished(server, "cancelled")
     impatient = openai.OpenAI(base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=1.5)
     with pytest.raises(openai.APITimeoutError):
         chat(impatient, "Count to a thousand.", temperature=0, max_tokens=900,
              extra_body={"ignore_eos": True, "speculative": {"type": "none"}})
     # it ends either way: cancelled (the server saw the client leave), or at its 900 tokens (8 s or more)
-    ran_out = metric(server, 'ggspec:request_success_total{finished_reason="length"}')
+    ran_out = finished(server, "length")
     deadline = time.monotonic() + 120
-    while (metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') == cancelled
-           and metric(server, 'ggspec:request_success_total{finished_reason="length"}') == ran_out):
+    while finished(server, "cancelled") == cancelled and finished(server, "length") == ran_out:
         assert time.monotonic() < deadline, "the request never ended"
         time.sleep(0.05)
-    assert metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') == cancelled + 1, \
-        "a client that left kept its slot to the end"
+    assert finished(server, "cancelled") == cancelled + 1, "a client that left kept its slot to the end"
     assert metric(server, "ggspec:num_requests_running") + metric(server, "ggspec:num_requests_waiting") == 0
 
 
 def test_a_full_queue_is_a_503_and_a_client_that_leaves_frees_its_slot(server, client):
-    cancelled = metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}')
+    cancelled = finished(server, "cancelled")
     long = dict(temperature=0, max_tokens=900, extra_body={"ignore_eos": True})
     streams = [chat(client, f"Count to a thousand, {i}.", stream=True, **long) for i in range(3)]
     deadline = time.monotonic() + 60
@@ -303,7 +306,7 @@ def test_a_full_queue_is_a_503_and_a_client_that_leaves_frees_its_slot(server, c
         next(iter(stream))
         stream.close()
     deadline = time.monotonic() + 30
-    while metric(server, 'ggspec:request_success_total{finished_reason="cancelled"}') < cancelled + 3:
+    while finished(server, "cancelled") < cancelled + 3:
         assert time.monotonic() < deadline, "closed streams were not cancelled"
         time.sleep(0.05)
     assert metric(server, "ggspec:num_requests_running") + metric(server, "ggspec:num_requests_waiting") == 0
